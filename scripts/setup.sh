@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Install everything the project needs on a fresh machine; idempotent, cheap when nothing changed.
+# usage: scripts/setup.sh [system] [jars] [python]     (no argument: all three)
+#   system  Debian packages: PostgreSQL 15, a JDK 17, Maven, curl
+#   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/
+#   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+log() { printf '[setup] %s\n' "$*"; }
+
+system() {
+  local missing=()
+  [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15 postgresql-client-15)
+  command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+  command -v curl >/dev/null || missing+=(curl)
+  if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || { echo "[setup] need root to apt-get install ${missing[*]}" >&2; exit 1; }
+    log "apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    # Debian's package starts its own cluster on 5432; the stack runs its own on loopback instead.
+    if command -v pg_ctlcluster >/dev/null; then pg_ctlcluster 15 main stop 2>/dev/null || true; fi
+  fi
+}
+
+jars() { python3 scripts/fetch_jars.py; }
+
+python_env() {
+  local stamp=.venv/.installed want
+  want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "pip install -e .[test] into .venv"
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e '.[test]'
+    echo "$want" > "$stamp"
+  else
+    log "python: .venv up to date"
+  fi
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(system jars python)
+for s in "${steps[@]}"; do
+  case $s in
+    system) system ;;
+    jars) jars ;;
+    python) python_env ;;
+    *) echo "unknown step $s" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,257 @@
+#!/usr/bin/env bash
+# The local stack, every component a real process on loopback:
+#   PostgreSQL 15 (source database, Apicurio's storage, the Hive metastore database)
+#   Kafka 3.9 broker (single-node KRaft)
+#   Apicurio Registry 3.0 (SQL storage in the stack's PostgreSQL: it lives and dies with the Kafka data)
+#   Kafka Connect 3.9 (distributed, one worker) with the Debezium PostgreSQL connector + Apicurio converter
+#
+# usage: scripts/stack.sh up | down | reset | status
+#   up      install what is missing, start what is not running, wait until each service answers
+#   down    stop the processes this script started (by pid), keep their state
+#   reset   down, then wipe all state together: Kafka logs, Connect offsets, registry, databases,
+#           metastore, lake and checkpoints
+#   status  every endpoint and pid
+#
+# State, logs and pid files live under $STACK_DIR (default .stack/ in the repository, git-ignored).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STACK_DIR=${STACK_DIR:-$ROOT/.stack}
+DEPS=$ROOT/.deps
+LOGS=$STACK_DIR/logs
+PIDS=$STACK_DIR/pids
+
+PG_PORT=${PG_PORT:-5432}
+KAFKA_PORT=${KAFKA_PORT:-9092}
+CONTROLLER_PORT=${CONTROLLER_PORT:-9093}
+REGISTRY_PORT=${REGISTRY_PORT:-8080}
+CONNECT_PORT=${CONNECT_PORT:-8083}
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+# Local-only credentials for the loopback database; production secrets never pass through this script.
+export PGPASSWORD=${PGPASSWORD:-postgres}
+PG_USER=postgres
+HEAP=${STACK_HEAP:-512m}
+
+log() { printf '[stack] %s\n' "$*"; }
+die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
+
+as_postgres() {
+  # initdb and postgres refuse to run as root.
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+alive() { # alive NAME: the recorded pid runs
+  local f=$PIDS/$1.pid
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+wait_for() { # wait_for NAME SECONDS COMMAND...
+  local name=$1 secs=$2; shift 2
+  local start=$SECONDS
+  until "$@" >/dev/null 2>&1; do
+    if ! alive "$name"; then die "$name exited while starting; see $LOGS/$name.log"; fi
+    if (( SECONDS - start > secs )); then die "$name not ready after ${secs}s; see $LOGS/$name.log"; fi
+    sleep 1
+  done
+  log "$name ready after $((SECONDS - start))s"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+psql_admin() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -v ON_ERROR_STOP=1 -qAt "$@"; }
+
+ensure_installed() {
+  "$ROOT/scripts/setup.sh" system jars
+}
+
+start_postgres() {
+  local data=$STACK_DIR/pg/data run=$STACK_DIR/pg/run
+  if alive postgres; then log "postgres already running (pid $(cat "$PIDS/postgres.pid"))"; return; fi
+  mkdir -p "$STACK_DIR/pg" "$run" "$LOGS"
+  touch "$LOGS/postgres.log"
+  if [ "$(id -u)" = 0 ]; then chown -R postgres: "$STACK_DIR/pg" "$LOGS/postgres.log"; fi
+  if [ ! -f "$data/PG_VERSION" ]; then
+    as_postgres "$PG_BIN/initdb" -D "$data" -U "$PG_USER" --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+  fi
+  as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$LOGS/postgres.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$run -c wal_level=logical \
+        -c max_wal_senders=10 -c max_replication_slots=10 -c max_connections=200" start >/dev/null
+  head -1 "$data/postmaster.pid" > "$PIDS/postgres.pid"
+  wait_for postgres 60 psql_admin -d postgres -c 'select 1'
+  for db in source registry metastore; do
+    if [ -z "$(psql_admin -d postgres -c "select 1 from pg_database where datname='$db'")" ]; then
+      psql_admin -d postgres -c "create database $db"
+    fi
+  done
+}
+
+start_kafka() {
+  local dir=$STACK_DIR/kafka
+  if alive kafka; then log "kafka already running (pid $(cat "$PIDS/kafka.pid"))"; return; fi
+  mkdir -p "$dir/data"
+  cat > "$dir/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+log.retention.hours=-1
+EOF
+  write_log4j "$dir/log4j.properties"
+  if [ ! -f "$dir/data/meta.properties" ]; then
+    local cluster_id
+    cluster_id=$(java -cp "$DEPS/kafka/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+    java -cp "$DEPS/kafka/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.tools.StorageTool \
+      format -t "$cluster_id" -c "$dir/server.properties" >> "$LOGS/kafka.log" 2>&1
+  fi
+  nohup java -Xms256m -Xmx"$HEAP" -Dlog4j.configuration="file:$dir/log4j.properties" \
+    -cp "$DEPS/kafka/*" kafka.Kafka "$dir/server.properties" >> "$LOGS/kafka.log" 2>&1 &
+  echo $! > "$PIDS/kafka.pid"
+  wait_for kafka 90 grep -q "Kafka Server started" "$LOGS/kafka.log"
+}
+
+write_log4j() {
+  cat > "$1" <<'EOF'
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.org.apache.kafka.clients=WARN
+log4j.logger.org.reflections=ERROR
+EOF
+}
+
+start_registry() {
+  if alive registry; then log "registry already running (pid $(cat "$PIDS/registry.pid"))"; return; fi
+  local jar
+  jar=$(ls "$DEPS"/registry/apicurio-registry-app-*-runner.jar)
+  # SQL storage in the stack's PostgreSQL: content ids survive a registry restart and are wiped with Kafka
+  # by `reset`, so an id in a Kafka record always names the schema it was written with.
+  nohup java -Xms128m -Xmx"$HEAP" \
+    -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+    -Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=postgresql \
+    -Dapicurio.datasource.url="jdbc:postgresql://127.0.0.1:$PG_PORT/registry" \
+    -Dapicurio.datasource.username="$PG_USER" -Dapicurio.datasource.password="$PGPASSWORD" \
+    -Dapicurio.datasource.jdbc.initial-size=2 -Dapicurio.datasource.jdbc.min-size=2 \
+    -Dapicurio.datasource.jdbc.max-size=10 \
+    -jar "$jar" >> "$LOGS/registry.log" 2>&1 &
+  echo $! > "$PIDS/registry.pid"
+  wait_for registry 120 curl -sf "http://127.0.0.1:$REGISTRY_PORT/apis/registry/v3/system/info"
+}
+
+plugin_dir() {
+  # One Connect plugin: the Debezium connector with the Apicurio converter beside it (plugin isolation loads
+  # the converter named in a connector config from the connector's own folder).
+  local dir=$STACK_DIR/plugins/debezium-connector-postgres
+  rm -rf "$STACK_DIR/plugins" && mkdir -p "$dir"
+  ln -s "$DEPS"/debezium/debezium-connector-postgres/*.jar "$DEPS"/converter/*.jar "$dir/"
+}
+
+start_connect() {
+  local dir=$STACK_DIR/connect
+  if alive connect; then log "connect already running (pid $(cat "$PIDS/connect.pid"))"; return; fi
+  mkdir -p "$dir"
+  plugin_dir
+  cat > "$dir/worker.properties" <<EOF
+bootstrap.servers=127.0.0.1:$KAFKA_PORT
+group.id=cdc-connect
+key.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+config.storage.topic=_connect-configs
+offset.storage.topic=_connect-offsets
+status.storage.topic=_connect-status
+config.storage.replication.factor=1
+offset.storage.replication.factor=1
+status.storage.replication.factor=1
+offset.flush.interval.ms=1000
+listeners=http://127.0.0.1:$CONNECT_PORT
+rest.advertised.host.name=127.0.0.1
+rest.advertised.port=$CONNECT_PORT
+plugin.path=$STACK_DIR/plugins
+EOF
+  write_log4j "$dir/log4j.properties"
+  nohup java -Xms256m -Xmx"$HEAP" -Dlog4j.configuration="file:$dir/log4j.properties" \
+    -cp "$DEPS/kafka/*" org.apache.kafka.connect.cli.ConnectDistributed "$dir/worker.properties" \
+    >> "$LOGS/connect.log" 2>&1 &
+  echo $! > "$PIDS/connect.pid"
+  wait_for connect 180 connect_ready
+}
+
+connect_ready() {
+  curl -sf "http://127.0.0.1:$CONNECT_PORT/connector-plugins" | grep -q PostgresConnector
+}
+
+stop_one() { # stop_one NAME
+  local name=$1 f=$PIDS/$1.pid pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    if [ "$name" = postgres ]; then
+      as_postgres "$PG_BIN/pg_ctl" -D "$STACK_DIR/pg/data" -m fast -w stop >/dev/null || kill "$pid"
+    else
+      kill "$pid"
+    fi
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then log "$name (pid $pid) ignored SIGTERM; killing"; kill -9 "$pid"; fi
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$f"
+}
+
+cmd_up() {
+  local start=$SECONDS
+  ensure_installed
+  mkdir -p "$LOGS" "$PIDS" "$STACK_DIR/lake" "$STACK_DIR/checkpoints"
+  start_postgres
+  start_kafka
+  start_registry
+  start_connect
+  log "up in $((SECONDS - start))s"
+  cmd_status
+}
+
+cmd_down() {
+  for name in connect registry kafka postgres; do stop_one "$name"; done
+}
+
+cmd_reset() {
+  cmd_down
+  rm -rf "$STACK_DIR/pg" "$STACK_DIR/kafka" "$STACK_DIR/connect" "$STACK_DIR/plugins" \
+    "$STACK_DIR/lake" "$STACK_DIR/checkpoints"
+  log "state wiped under $STACK_DIR"
+}
+
+cmd_status() {
+  local name state
+  printf '%-10s %-8s %-8s %s\n' service state pid endpoint
+  for name in postgres kafka registry connect; do
+    state=stopped
+    alive "$name" && state=running
+    case $name in
+      postgres) ep="postgresql://$PG_USER@127.0.0.1:$PG_PORT/{source,registry,metastore}" ;;
+      kafka)    ep="127.0.0.1:$KAFKA_PORT (controller $CONTROLLER_PORT)" ;;
+      registry) ep="http://127.0.0.1:$REGISTRY_PORT/apis/registry/v3" ;;
+      connect)  ep="http://127.0.0.1:$CONNECT_PORT" ;;
+    esac
+    printf '%-10s %-8s %-8s %s\n' "$name" "$state" "$( [ -f "$PIDS/$name.pid" ] && cat "$PIDS/$name.pid" || echo -)" "$ep"
+  done
+  echo "logs: $LOGS   lake: $STACK_DIR/lake   checkpoints: $STACK_DIR/checkpoints"
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  reset) cmd_reset ;;
+  status) cmd_status ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
