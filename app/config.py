@@ -1,0 +1,201 @@
+"""Typed, frozen, validated job config from one YAML file per environment.
+
+Every section is a frozen dataclass. `load_config` walks the YAML against the dataclass fields: unknown keys,
+missing required keys and wrong types raise `ConfigError` naming the dotted key, before Spark starts.
+Secrets never live in YAML: a field ending in `_env` names the environment variable that holds the secret.
+"""
+from __future__ import annotations
+
+import os
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from app.errors import ConfigError
+
+FRAMING_CONFLUENT = "confluent"  # 0x00 + 4-byte big-endian schema id + Avro body
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str
+    topic_pattern: str
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    # Extra Kafka client options passed as kafka.<key> (security settings, timeouts).
+    options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    url: str
+    id_type: Literal["contentId", "globalId"] = "contentId"
+    timeout_s: float = 10.0
+    retries: int = 4
+    backoff_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    topic_prefix: str
+    framing: Literal["confluent"] = FRAMING_CONFLUENT
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """Per-table overrides, keyed by '<schema>.<table>' of the source."""
+
+    name: str | None = None
+    record_key: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class LakeConfig:
+    database: str
+    silver_path: str
+    bronze_path: str
+    checkpoint_path: str
+    table_type: Literal["COPY_ON_WRITE"] = "COPY_ON_WRITE"
+
+
+@dataclass(frozen=True)
+class MetastoreConfig:
+    jdbc_url: str
+    user: str
+    password_env: str = "METASTORE_PASSWORD"
+    warehouse_path: str = "spark-warehouse"
+
+    @property
+    def password(self) -> str:
+        return os.environ.get(self.password_env, "")
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str | None = None
+    jars_dir: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TriggerConfig:
+    processing_time: str = "30 seconds"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    kafka: KafkaConfig
+    registry: RegistryConfig
+    source: SourceConfig
+    lake: LakeConfig
+    metastore: MetastoreConfig | None = None
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    tables: dict[str, TableConfig] = field(default_factory=dict)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    def table_config(self, schema: str, table: str) -> TableConfig:
+        return self.tables.get(f"{schema}.{table}", TableConfig())
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Read and validate a YAML config file.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, or a key is unknown, missing or of the wrong type.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError("<file>", f"cannot read {path}: {e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError("<file>", f"{path} is not valid YAML: {e}") from e
+    return parse_config(raw)
+
+
+def parse_config(raw: Any) -> JobConfig:
+    """Validate an already-parsed mapping into a JobConfig (see load_config)."""
+    config = _build(JobConfig, raw, "")
+    _check_semantics(config)
+    return config
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(prefix or "<root>", f"expected a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(_join(prefix, str(unknown[0])), f"unknown key; known keys: {', '.join(sorted(known))}")
+    values = {}
+    for name, f in known.items():
+        key = _join(prefix, name)
+        if name not in raw:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise ConfigError(key, "missing required value")
+            continue
+        values[name] = _coerce(hints[name], raw[name], key)
+    return cls(**values)
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, key)
+    if value is None:
+        raise ConfigError(key, "must not be null")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(key, f"must be one of {', '.join(map(str, args))}; got {value!r}")
+        return value
+    if is_dataclass(tp):
+        return _build(typing.cast(type, tp), value, key)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+        return {str(k): _coerce(args[1], v, _join(key, str(k))) for k, v in value.items()}
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(key, f"expected a list, got {type(value).__name__}")
+        return [_coerce(args[0], v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)  # YAML reads `a: 10` as int; string-valued maps (Spark conf) accept it
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        raise ConfigError(key, f"expected {tp.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_semantics(config: JobConfig) -> None:
+    try:
+        re.compile(config.kafka.topic_pattern)
+    except re.error as e:
+        raise ConfigError("kafka.topic_pattern", f"not a valid regular expression: {e}") from e
+    if config.registry.retries < 0:
+        raise ConfigError("registry.retries", "must be >= 0")
+    if config.registry.timeout_s <= 0:
+        raise ConfigError("registry.timeout_s", "must be > 0")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", config.lake.database):
+        raise ConfigError("lake.database", f"not a valid database name: {config.lake.database!r}")
+    for source_table, table in config.tables.items():
+        if source_table.count(".") != 1:
+            raise ConfigError(f"tables.{source_table}", "keys are '<schema>.<table>' of the source database")
+        if table.record_key is not None and not table.record_key:
+            raise ConfigError(f"tables.{source_table}.record_key", "must list at least one column")
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name

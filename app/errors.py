@@ -1,0 +1,46 @@
+"""One error hierarchy for the pipeline: every failure a user can act on is a PipelineError."""
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base of every error the pipeline raises on purpose."""
+
+
+class ConfigError(PipelineError):
+    """The YAML config is invalid; the message names the offending key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"config key '{key}': {message}")
+
+
+class RegistryError(PipelineError):
+    """A schema could not be fetched from the registry."""
+
+    def __init__(self, schema_id: int, url: str, message: str, http_status: int | None = None) -> None:
+        self.schema_id = schema_id
+        self.url = url
+        self.http_status = http_status
+        status = f" (HTTP {http_status})" if http_status is not None else ""
+        super().__init__(f"schema id {schema_id} at {url}{status}: {message}")
+
+
+class SchemaDecodeError(PipelineError):
+    """A Kafka record could not be decoded; names the record and the writer schema id."""
+
+    def __init__(self, topic: str, partition: int, offset: int, schema_id: int | None, message: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.schema_id = schema_id
+        super().__init__(
+            f"cannot decode {topic}[{partition}]@{offset} (schema id {schema_id}): {message}"
+        )
+
+
+class EnvelopeError(PipelineError):
+    """A decoded value is not a Debezium envelope the unwrap step understands."""
+
+
+class SinkWriteError(PipelineError):
+    """A Hudi or Bronze write failed; names the table and batch."""
