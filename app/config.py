@@ -12,13 +12,13 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 
 from app.errors import ConfigError
 
-FRAMING_CONFLUENT = "confluent"  # 0x00 + 4-byte big-endian schema id + Avro body
+FRAMING_CONFLUENT: Final = "confluent"  # 0x00 + 4-byte big-endian schema id + Avro body
 
 
 @dataclass(frozen=True)

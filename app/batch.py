@@ -1,0 +1,248 @@
+"""One micro-batch, end to end: framing/registry -> decode -> unwrap -> route -> write (Bronze + Hudi).
+
+`BatchProcessor.process` is the foreachBatch function. It is the one place where a batch's per-table writes
+happen, and it takes any DataFrame with the Kafka source's columns (a Kafka micro-batch, or Bronze Parquet
+read back for a replay).
+
+Spark actions per batch: one small aggregate (writer schema ids and per-topic op counts), the Bronze write,
+one Hudi write per table present in the batch.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.utils import CapturedException
+
+from app.bronze import write_bronze
+from app.config import JobConfig
+from app.decode import decode_error_from, decode_value, record_fields
+from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError
+from app.framing import with_framing
+from app.hudi import HudiTarget, TableRegistry, write_silver
+from app.registry import RegistryClient
+from app.route import TableRoute, route_topic
+from app.unwrap import (
+    DELETED_COL,
+    LATEST_COL,
+    filter_data_changes,
+    unwrap_envelope,
+    with_debezium_types,
+    with_latest_flag,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TableBatchStats:
+    """Counts for one table in one batch; `log_line` is the per-table batch log line."""
+
+    table: str
+    rows_in: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    skipped: int = 0
+    superseded: int = 0
+    schema_ids: list[int] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def log_line(self, batch_id: int) -> str:
+        return (
+            f"batch={batch_id} table={self.table} rows_in={self.rows_in} upserts={self.upserts} "
+            f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
+            f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
+        )
+
+
+class BatchProcessor:
+    """Processes micro-batches for one job config; holds the registry client and table registrations."""
+
+    def __init__(self, config: JobConfig, registry: RegistryClient) -> None:
+        self.config = config
+        self.registry = registry
+        self.tables = TableRegistry()
+        self.last_stats: dict[str, TableBatchStats] = {}
+        self.failure: PipelineError | None = None
+
+    def process(self, batch_df: DataFrame, batch_id: int) -> None:
+        """foreachBatch entry point.
+
+        Raises:
+            SchemaDecodeError: a record's framing or Avro body cannot be decoded (names the record).
+            SinkWriteError: a Bronze or Hudi write failed.
+        """
+        started = time.monotonic()
+        spark = batch_df.sparkSession
+        query_id = spark.conf.get("spark.sql.streaming.queryId", None) or "batch"
+        raw_df = batch_df.persist()
+        try:
+            self._process(raw_df, batch_id, query_id, started)
+        except PipelineError as e:
+            log.error("batch=%s failed: %s: %s", batch_id, type(e).__name__, e)
+            self.failure = e
+            raise
+        finally:
+            raw_df.unpersist()
+
+    def _process(self, raw_df: DataFrame, batch_id: int, query_id: str, started: float) -> None:
+        framed_df = with_framing(raw_df)
+        summary = self._summarize(framed_df)
+        if not summary:
+            log.info("batch=%s empty", batch_id)
+            return
+        self._check_framing(framed_df, summary)
+        try:
+            write_bronze(raw_df, self.config.lake.bronze_path)
+        except (Py4JJavaError, PySparkException) as e:
+            raise SinkWriteError(f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {e}") from e
+        stats = {}
+        for topic, topic_summary in sorted(summary.items()):
+            stats[topic] = self._write_topic(framed_df, topic, topic_summary, batch_id, query_id)
+        self.last_stats = {s.table: s for s in stats.values()}
+        log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(stats), time.monotonic() - started)
+
+    def _summarize(self, framed_df: DataFrame) -> dict[str, _TopicSummary]:
+        """One aggregate: per topic and (key id, value id, framed), record count. Drives everything after."""
+        rows = (
+            framed_df.groupBy("topic", "key_schema_id", "value_schema_id", "value_framed")
+            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("min_offset"))
+            .collect()
+        )
+        summary: dict[str, _TopicSummary] = defaultdict(_TopicSummary)
+        for row in rows:
+            s = summary[row["topic"]]
+            s.rows_in += row["n"]
+            if not row["value_framed"]:
+                s.unframed += row["n"]
+            elif row["value_schema_id"] is None:
+                s.tombstones += row["n"]
+            else:
+                s.value_ids.add(row["value_schema_id"])
+            if row["key_schema_id"] is not None:
+                s.key_ids.add(row["key_schema_id"])
+        return dict(summary)
+
+    def _check_framing(self, framed_df: DataFrame, summary: dict[str, _TopicSummary]) -> None:
+        bad_topics = [t for t, s in summary.items() if s.unframed]
+        if not bad_topics:
+            return
+        bad = framed_df.filter(~F.col("value_framed")).select("topic", "partition", "offset").first()
+        assert bad is not None  # the summary counted at least one such row
+        raise SchemaDecodeError(
+            bad["topic"], bad["partition"], bad["offset"], None,
+            "value lacks the 0x00 + 4-byte schema id framing",
+        )
+
+    def _write_topic(
+        self, framed_df: DataFrame, topic: str, summary: _TopicSummary, batch_id: int, query_id: str
+    ) -> TableBatchStats:
+        started = time.monotonic()
+        route = route_topic(topic, self.config)
+        stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids))
+        if not summary.value_ids:
+            stats.skipped = summary.tombstones
+            stats.duration_s = time.monotonic() - started
+            log.info("%s", stats.log_line(batch_id))
+            return stats
+        record_key = self._record_key(route, summary.key_ids)
+        topic_df = framed_df.filter(F.col("topic") == topic)
+        changes = [self._decode_slice(topic_df, schema_id, topic) for schema_id in sorted(summary.value_ids)]
+        flagged_df = _union(changes).transform(with_latest_flag, record_key)
+        latest_df = flagged_df.filter(F.col(LATEST_COL)).drop(LATEST_COL)
+        counts = _count(flagged_df)
+        stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
+        stats.skipped = summary.tombstones + (summary.rows_in - summary.tombstones - counts["events"])
+        stats.superseded = counts["events"] - stats.upserts - stats.deletes
+        target = HudiTarget(
+            database=self.config.lake.database,
+            table=route.table,
+            path=f"{self.config.lake.silver_path.rstrip('/')}/{self.config.lake.database}/{route.table}",
+            record_key=tuple(record_key),
+            table_type=self.config.lake.table_type,
+        )
+        try:
+            write_silver(latest_df, target, batch_id, query_id)
+        except (Py4JJavaError, CapturedException) as e:
+            decode_error = decode_error_from(e)
+            if decode_error is not None:
+                raise decode_error from e
+            raise SinkWriteError(f"batch {batch_id}: Hudi write of {target.qualified_name} failed: {e}") from e
+        self.tables.ensure(framed_df.sparkSession, target)
+        stats.duration_s = time.monotonic() - started
+        log.info("%s", stats.log_line(batch_id))
+        return stats
+
+    def _decode_slice(self, topic_df: DataFrame, schema_id: int, topic: str) -> DataFrame:
+        schema_json = self.registry.get_schema(schema_id)
+        try:
+            value_fields = _value_fields(schema_json)
+        except ValueError as e:
+            raise EnvelopeError(f"{topic}: writer schema {schema_id} is not a Debezium envelope: {e}") from e
+        slice_df = topic_df.filter(F.col("value_schema_id") == schema_id)
+        return (
+            decode_value(slice_df, schema_json)
+            .transform(filter_data_changes)
+            .transform(unwrap_envelope, [f["name"] for f in value_fields])
+            .transform(with_debezium_types, value_fields)
+        )
+
+    def _record_key(self, route: TableRoute, key_ids: set[int]) -> list[str]:
+        """Record key: the configured override, else the fields of the Debezium key schema."""
+        if route.record_key:
+            return list(route.record_key)
+        if not key_ids:
+            raise EnvelopeError(
+                f"{route.topic}: records have no framed key (a table without a primary key?); "
+                f"set tables.{route.source_schema}.{route.source_table}.record_key"
+            )
+        key_sets = {tuple(f["name"] for f in record_fields(self.registry.get_schema(i))) for i in sorted(key_ids)}
+        if len(key_sets) > 1:
+            raise EnvelopeError(f"{route.topic}: key schemas {sorted(key_ids)} disagree on fields {sorted(key_sets)}")
+        return list(key_sets.pop())
+
+
+@dataclass
+class _TopicSummary:
+    rows_in: int = 0
+    tombstones: int = 0
+    unframed: int = 0
+    key_ids: set[int] = field(default_factory=set)
+    value_ids: set[int] = field(default_factory=set)
+
+
+def _value_fields(envelope_schema_json: str) -> list[dict]:
+    # The Value record is defined inline in whichever of before/after comes first; the other names it.
+    try:
+        return record_fields(envelope_schema_json, "before")
+    except ValueError:
+        return record_fields(envelope_schema_json, "after")
+
+
+def _count(flagged_df: DataFrame) -> dict[str, int]:
+    """Events, and upserts/deletes among the latest rows: one aggregate over the flagged events."""
+    latest, deleted = F.col(LATEST_COL), F.col(DELETED_COL)
+    row = flagged_df.agg(
+        F.count(F.lit(1)).alias("events"),
+        F.count(F.when(latest & ~deleted, 1)).alias("upserts"),
+        F.count(F.when(latest & deleted, 1)).alias("deletes"),
+    ).first()
+    assert row is not None  # a global aggregate always returns one row
+    return {"events": row["events"], "upserts": row["upserts"], "deletes": row["deletes"]}
+
+
+def _union(frames: Iterable[DataFrame]) -> DataFrame:
+    frames = list(frames)
+    result = frames[0]
+    for frame in frames[1:]:
+        # Writer schemas differ when a column was added between them: missing columns become null.
+        result = result.unionByName(frame, allowMissingColumns=True)
+    return result
+

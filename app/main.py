@@ -1,0 +1,87 @@
+"""Entry point: `spark-submit app/main.py --conf conf/prod.yaml [--available-now]`.
+
+Reads Debezium change events from Kafka, writes every record to Bronze and the latest row per key to the
+Hudi Silver tables, one foreachBatch call per micro-batch.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+# spark-submit app/main.py puts app/ (not the repository) on sys.path; the package imports need the parent.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.errors import StreamingQueryException  # noqa: E402
+
+from app.batch import BatchProcessor  # noqa: E402
+from app.config import JobConfig, load_config  # noqa: E402
+from app.errors import ConfigError, PipelineError  # noqa: E402
+from app.registry import RegistryClient  # noqa: E402
+from app.source import read_kafka  # noqa: E402
+from app.spark import build_session  # noqa: E402
+
+log = logging.getLogger("app.main")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conf", required=True, help="YAML job config (conf/local.yaml, conf/prod.yaml)")
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process every offset present at start (Hudi commits and checkpoint included), then exit 0",
+    )
+    return parser.parse_args(argv)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def run(config: JobConfig, available_now: bool) -> None:
+    """Start the streaming query and block until it ends (available-now) or fails."""
+    spark = build_session("cdc-lakehouse", config.spark, config.metastore)
+    spark.sparkContext.setLogLevel("WARN")
+    processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
+    writer = (
+        read_kafka(spark, config.kafka)
+        .writeStream.foreachBatch(processor.process)
+        .option("checkpointLocation", config.lake.checkpoint_path)
+        .queryName("cdc-lakehouse")
+    )
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=config.trigger.processing_time
+    )
+    query = writer.start()
+    log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
+    try:
+        query.awaitTermination()
+    except StreamingQueryException as e:
+        # Spark wraps what foreachBatch raised; surface the pipeline's own typed error when there is one.
+        if processor.failure is not None:
+            raise processor.failure from e
+        raise
+    log.info("query %s finished", query.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args.conf)
+    except ConfigError as e:
+        print(f"invalid config {args.conf}: {e}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level)
+    try:
+        run(config, args.available_now)
+    except PipelineError as e:
+        log.error("%s: %s", type(e).__name__, e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

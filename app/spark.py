@@ -1,0 +1,91 @@
+"""SparkSession construction: Hudi, Kafka and Avro jars, and the shared Hive metastore.
+
+Local runs and tests take their jars from the folder scripts/fetch_jars.py fills (.deps/spark). On EMR,
+`spark.jars_dir` is left unset and the cluster's own Hudi/Kafka jars are used.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from app.config import MetastoreConfig, SparkConfig
+
+log = logging.getLogger(__name__)
+
+# Hudi's required session settings (Hudi quick start for Spark 3.5).
+HUDI_CONF = {
+    "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+    "spark.sql.extensions": "org.apache.spark.sql.hudi.HoodieSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
+    "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+}
+
+
+def jar_paths(jars_dir: str | Path) -> list[str]:
+    """Absolute paths of every jar in jars_dir, sorted.
+
+    Raises:
+        FileNotFoundError: the folder has no jars (run scripts/setup.sh jars).
+    """
+    jars = sorted(str(p.resolve()) for p in Path(jars_dir).glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no jars in {jars_dir}: run scripts/setup.sh jars")
+    return jars
+
+
+def metastore_conf(metastore: MetastoreConfig) -> dict[str, str]:
+    """Spark's built-in Hive client backed by a JDBC database several processes can open at once.
+
+    DataNucleus creates the metastore tables on first use. Foreign keys are left out on purpose: adding one
+    lazily (ALTER TABLE ... ADD CONSTRAINT) waits for a lock held by the same client's open transaction on
+    PostgreSQL and deadlocks the first CREATE TABLE.
+    """
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(Path(metastore.warehouse_path).resolve()),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": metastore.jdbc_url,
+        "spark.hadoop.javax.jdo.option.ConnectionDriverName": _driver_for(metastore.jdbc_url),
+        "spark.hadoop.javax.jdo.option.ConnectionUserName": metastore.user,
+        "spark.hadoop.javax.jdo.option.ConnectionPassword": metastore.password,
+        "spark.hadoop.datanucleus.schema.autoCreateTables": "true",
+        "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+    }
+
+
+def _driver_for(jdbc_url: str) -> str:
+    if jdbc_url.startswith("jdbc:postgresql:"):
+        return "org.postgresql.Driver"
+    if jdbc_url.startswith("jdbc:derby://"):
+        return "org.apache.derby.jdbc.ClientDriver"
+    return "org.apache.derby.jdbc.EmbeddedDriver"
+
+
+def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None) -> dict[str, str]:
+    """Every Spark setting the job's session gets, in the order later entries override earlier ones."""
+    conf: dict[str, str] = dict(HUDI_CONF)
+    conf["spark.sql.shuffle.partitions"] = "4"
+    if spark.jars_dir:
+        jars = jar_paths(spark.jars_dir)
+        # On the driver's system classpath: the metastore's JDBC driver must be visible to DataNucleus, and
+        # spark.jars ships the same jars to executors on a cluster.
+        conf["spark.driver.extraClassPath"] = ":".join(jars)
+        conf["spark.executor.extraClassPath"] = ":".join(jars)
+    if metastore is not None:
+        conf.update(metastore_conf(metastore))
+    conf.update(spark.conf)
+    return conf
+
+
+def build_session(app_name: str, spark: SparkConfig, metastore: MetastoreConfig | None) -> SparkSession:
+    """Create (or reuse) the process's SparkSession with Hudi, Kafka, Avro and the metastore configured."""
+    builder = SparkSession.builder.appName(app_name)
+    if spark.master:
+        builder = builder.master(spark.master)
+    for key, value in session_conf(spark, metastore).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    log.info("spark %s session up (master %s)", session.version, session.sparkContext.master)
+    return session

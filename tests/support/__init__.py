@@ -1,0 +1,1 @@
+"""Helpers shared by the test modules (local HTTP proxy in front of stack services)."""
