@@ -112,8 +112,8 @@ def load_config(path: str | Path) -> JobConfig:
     """
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError("<file>", f"cannot read {path}: {e}") from e
     except yaml.YAMLError as e:
         raise ConfigError("<file>", f"{path} is not valid YAML: {e}") from e
@@ -132,7 +132,7 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         raise ConfigError(prefix or "<root>", f"expected a mapping, got {type(raw).__name__}")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(raw) - set(known))
+    unknown = sorted(set(raw) - set(known), key=str)
     if unknown:
         raise ConfigError(_join(prefix, str(unknown[0])), f"unknown key; known keys: {', '.join(sorted(known))}")
     values = {}

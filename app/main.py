@@ -13,14 +13,14 @@ from pathlib import Path
 # spark-submit app/main.py puts app/ (not the repository) on sys.path; the package imports need the parent.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspark.errors import StreamingQueryException  # noqa: E402
+from pyspark.errors import StreamingQueryException
 
-from app.batch import BatchProcessor  # noqa: E402
-from app.config import JobConfig, load_config  # noqa: E402
-from app.errors import ConfigError, PipelineError  # noqa: E402
-from app.registry import RegistryClient  # noqa: E402
-from app.source import read_kafka  # noqa: E402
-from app.spark import build_session  # noqa: E402
+from app.batch import BatchProcessor
+from app.config import JobConfig, load_config
+from app.errors import ConfigError, PipelineError
+from app.registry import RegistryClient
+from app.source import read_kafka
+from app.spark import build_session
 
 log = logging.getLogger("app.main")
 

@@ -38,7 +38,7 @@ class RegistryClient:
     missing the same id at once may both fetch it, which is harmless since both get the same text.
 
     Retries: connection errors, timeouts, HTTP 429 and 5xx are retried up to `retries` times, sleeping
-    `backoff_s * 2**attempt` seconds (at most MAX_BACKOFF_S) between attempts. Other 4xx fail at once.
+    `backoff_s * 2**n` seconds before retry n (counting from 0), at most MAX_BACKOFF_S. Other 4xx fail at once.
     """
 
     def __init__(

@@ -75,7 +75,7 @@ start_postgres() {
   fi
   as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$LOGS/postgres.log" -w -t 60 \
     -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$run -c wal_level=logical \
-        -c max_wal_senders=10 -c max_replication_slots=10 -c max_connections=200" start >/dev/null
+        -c max_wal_senders=30 -c max_replication_slots=30 -c max_connections=200" start >/dev/null
   head -1 "$data/postmaster.pid" > "$PIDS/postgres.pid"
   wait_for postgres 60 psql_admin -d postgres -c 'select 1'
   for db in source registry metastore; do

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import requests
-from support.http_proxy import CountingProxy  # pytest puts tests/ on sys.path (no tests/__init__.py)
 
 from app.config import RegistryConfig
 from app.errors import RegistryError
 from app.registry import RegistryClient
+from tests.support.http_proxy import CountingProxy
 
 pytestmark = pytest.mark.stack
 
@@ -107,9 +107,10 @@ def test_retries_503_then_succeeds(
 ) -> None:
     proxy.fail_next(2, status=503)
 
-    with caplog.at_level(logging.WARNING, logger="app.registry"), RegistryClient(
-        proxy.url, retries=4, backoff_s=FAST_BACKOFF_S
-    ) as client:
+    with (
+        caplog.at_level(logging.WARNING, logger="app.registry"),
+        RegistryClient(proxy.url, retries=4, backoff_s=FAST_BACKOFF_S) as client,
+    ):
         text = client.get_schema(registered.content_id)
 
     assert text == registered.text
@@ -166,9 +167,10 @@ def test_global_id_lookup(registered: RegisteredSchema, proxy: CountingProxy) ->
 def test_connection_refused_fails_after_retries(caplog: pytest.LogCaptureFixture) -> None:
     url = f"http://127.0.0.1:{_closed_port()}"
 
-    with caplog.at_level(logging.WARNING, logger="app.registry"), RegistryClient(
-        url, timeout_s=2, retries=2, backoff_s=FAST_BACKOFF_S
-    ) as client:
+    with (
+        caplog.at_level(logging.WARNING, logger="app.registry"),
+        RegistryClient(url, timeout_s=2, retries=2, backoff_s=FAST_BACKOFF_S) as client,
+    ):
         with pytest.raises(RegistryError, match="gave up after 3 attempts") as excinfo:
             client.get_schema(1)
 

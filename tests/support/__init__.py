@@ -1,1 +1,1 @@
-"""Helpers shared by the test modules (local HTTP proxy in front of stack services)."""
+"""Helpers shared by the test modules: clients and proxies for the local stack."""

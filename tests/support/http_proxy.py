@@ -126,9 +126,7 @@ class CountingProxy:
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(
-        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], proxy: CountingProxy
-    ) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], proxy: CountingProxy) -> None:
         self.proxy = proxy
         super().__init__(address, handler)
 

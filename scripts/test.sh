@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# README command 2: the whole test suite on a fresh machine.
+# Installs what is missing, starts the local stack (unless it already runs), runs lint, type check and
+# pytest, and stops the stack it started, also when tests fail.
+# usage: scripts/test.sh [pytest args...]       e.g.  scripts/test.sh -m "not slow"
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+start=$SECONDS
+scripts/setup.sh
+started_here=0
+if ! scripts/stack.sh status | grep -q '^kafka *running'; then
+  started_here=1
+fi
+cleanup() { if [ "$started_here" = 1 ]; then scripts/stack.sh down; fi; }
+trap cleanup EXIT
+scripts/stack.sh up
+echo "[test] ruff"; .venv/bin/ruff check app scripts tests
+echo "[test] mypy"; .venv/bin/mypy
+echo "[test] pytest"
+# Under a non-UTC zone on purpose: no conversion may depend on the machine's time zone.
+export TZ=America/Los_Angeles
+export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
+rc=0
+.venv/bin/pytest "$@" || rc=$?
+echo "[test] finished in $((SECONDS - start))s (exit $rc)"
+exit $rc

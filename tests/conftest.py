@@ -1,0 +1,67 @@
+"""Shared fixtures: one SparkSession for the whole run, the local stack's endpoints, a source connection.
+
+Integration tests use the real stack started by scripts/stack.sh (scripts/test.sh starts it); they fail with
+a clear message when it is not up instead of skipping.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+from pyspark.sql import SparkSession
+
+from app.config import JobConfig, load_config
+from app.spark import build_session
+from tests.support.cdc import CONNECT_URL, PG_DSN, REGISTRY_URL
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL_CONF = ROOT / "conf" / "local.yaml"
+RUN_ID = uuid.uuid4().hex[:8]
+TEST_DIR = ROOT / ".stack" / "tests" / RUN_ID
+
+
+
+@pytest.fixture(scope="session")
+def local_config() -> JobConfig:
+    os.environ.setdefault("METASTORE_PASSWORD", "postgres")
+    return load_config(LOCAL_CONF)
+
+
+@pytest.fixture(scope="session")
+def spark(local_config: JobConfig) -> Iterator[SparkSession]:
+    """The one SparkSession of the test run: local[2], Hudi/Kafka/Avro jars, the shared metastore."""
+    conf = dict(local_config.spark.conf)
+    conf.update({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    spark_cfg = dataclasses.replace(local_config.spark, conf=conf)
+    session = build_session("cdc-lakehouse-tests", spark_cfg, local_config.metastore)
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def stack() -> None:
+    """Fail fast, naming the command to run, when the local stack is not up."""
+    for name, url in (("registry", f"{REGISTRY_URL}/apis/registry/v3/system/info"), ("connect", CONNECT_URL)):
+        try:
+            requests.get(url, timeout=5).raise_for_status()
+        except requests.RequestException as e:
+            pytest.fail(f"local stack not up ({name} at {url}: {e}); run scripts/stack.sh up")
+
+
+@pytest.fixture
+def pg(stack: None) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="session")
+def test_dir() -> Path:
+    TEST_DIR.mkdir(parents=True, exist_ok=True)
+    return TEST_DIR

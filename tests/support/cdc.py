@@ -1,0 +1,115 @@
+"""Test helpers for the CDC path: a Debezium connector per test scope, and an independent Kafka reader."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+
+from app.connect import ConnectClient, PostgresSource, postgres_connector_config
+
+REGISTRY_URL = "http://127.0.0.1:8080"
+CONNECT_URL = "http://127.0.0.1:8083"
+KAFKA_BOOTSTRAP = "127.0.0.1:9092"
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres password=postgres dbname=source"
+SOURCE = PostgresSource("127.0.0.1", 5432, "postgres", "postgres", "source")
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@contextmanager
+def debezium_connector(name: str, topic_prefix: str, schemas: list[str]) -> Iterator[ConnectClient]:
+    """Register a connector for `schemas`, wait until it runs; delete it and drop its slot afterwards."""
+    client = ConnectClient(CONNECT_URL)
+    config = postgres_connector_config(name, SOURCE, topic_prefix, schemas, REGISTRY_URL)
+    client.put_connector(name, config)
+    client.wait_running(name)
+    try:
+        yield client
+    finally:
+        client.delete_connector(name)
+        _drop_slot(config["slot.name"])
+
+
+def _drop_slot(slot: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute("select active from pg_replication_slots where slot_name = %s", (slot,)).fetchone()
+            if row is None:
+                return
+            if not row[0]:
+                conn.execute("select pg_drop_replication_slot(%s)", (slot,))
+                return
+            time.sleep(0.5)
+
+
+def read_topic(topic: str, min_records: int = 0, timeout_s: float = 60.0) -> list[KafkaRecord]:
+    """Every record between the low and high watermarks of each partition, read by an independent consumer.
+
+    Waits until at least `min_records` exist (Debezium writes asynchronously).
+    """
+    consumer = Consumer({
+        "bootstrap.servers": KAFKA_BOOTSTRAP,
+        "group.id": f"test-reader-{time.monotonic_ns()}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            bounds = _watermarks(consumer, topic)
+            total = sum(high - low for _, low, high in bounds)
+            if total >= min_records or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        records: list[KafkaRecord] = []
+        for partition, low, high in bounds:
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            while True:
+                msg = consumer.poll(10)
+                if msg is None:
+                    raise TimeoutError(f"{topic}[{partition}] stalled before offset {high}")
+                if msg.error():
+                    raise RuntimeError(str(msg.error()))
+                offset = msg.offset()
+                assert offset is not None
+                records.append(KafkaRecord(
+                    topic, partition, offset, msg.key(), msg.value(), tuple(msg.headers() or ())
+                ))
+                if offset >= high - 1:
+                    break
+        return records
+    finally:
+        consumer.close()
+
+
+def _watermarks(consumer: Consumer, topic: str) -> list[tuple[int, int, int]]:
+    meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None:
+        return []
+    out = []
+    for p in sorted(meta.partitions):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        out.append((p, low, high))
+    return out
+
+
+def wait_for_records(topic: str, count: int, timeout_s: float = 60.0) -> list[KafkaRecord]:
+    records = read_topic(topic, count, timeout_s)
+    if len(records) < count:
+        raise TimeoutError(f"{topic}: {len(records)} records after {timeout_s}s, expected >= {count}")
+    return records

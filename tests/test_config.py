@@ -1,0 +1,252 @@
+"""app/config.py: one small test per invalid-config case, each asserting ConfigError and the dotted key."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.config import JobConfig, RegistryConfig, TableConfig, load_config, parse_config
+from app.errors import ConfigError
+
+
+def _minimal() -> dict[str, Any]:
+    """A fresh, valid mapping with only the required keys; tests mutate their own copy."""
+    return {
+        "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic_pattern": r"cdc\.public\..*"},
+        "registry": {"url": "http://127.0.0.1:8080"},
+        "source": {"topic_prefix": "cdc"},
+        "lake": {
+            "database": "silver",
+            "silver_path": "/tmp/lake/silver",
+            "bronze_path": "/tmp/lake/bronze",
+            "checkpoint_path": "/tmp/lake/checkpoints",
+        },
+    }
+
+
+def _config_error(raw: Any) -> ConfigError:
+    with pytest.raises(ConfigError) as excinfo:
+        parse_config(raw)
+    return excinfo.value
+
+
+def _assert_names_key(error: ConfigError, key: str, fragment: str) -> None:
+    assert error.key == key
+    assert f"config key '{key}'" in str(error)
+    assert fragment in str(error)
+
+
+def test_minimal_mapping_loads_into_frozen_config() -> None:
+    config = parse_config(_minimal())
+
+    assert isinstance(config, JobConfig)
+    assert config.registry == RegistryConfig(url="http://127.0.0.1:8080")
+    assert config.lake.database == "silver"
+    assert config.metastore is None
+    assert config.tables == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.log_level = "DEBUG"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.registry.retries = 0  # type: ignore[misc]
+
+
+def test_unknown_top_level_key() -> None:
+    raw = _minimal() | {"lakehouse": {}}
+
+    _assert_names_key(_config_error(raw), "lakehouse", "unknown key")
+
+
+def test_unknown_nested_key() -> None:
+    raw = _minimal()
+    raw["kafka"]["bootstrapservers"] = raw["kafka"].pop("bootstrap_servers")
+
+    _assert_names_key(_config_error(raw), "kafka.bootstrapservers", "unknown key")
+
+
+def test_unknown_keys_of_mixed_types() -> None:
+    # YAML turns `1:` into an int key; with a str key beside it, sorting the unknown keys must not fail.
+    raw = _minimal() | {1: "x", "extra": "y"}
+
+    _assert_names_key(_config_error(raw), "1", "unknown key")
+
+
+def test_missing_required_key() -> None:
+    raw = _minimal()
+    del raw["lake"]["database"]
+
+    _assert_names_key(_config_error(raw), "lake.database", "missing required value")
+
+
+def test_missing_required_section() -> None:
+    raw = _minimal()
+    del raw["registry"]
+
+    _assert_names_key(_config_error(raw), "registry", "missing required value")
+
+
+def test_wrong_type_string_for_int() -> None:
+    raw = _minimal()
+    raw["registry"]["retries"] = "many"
+
+    _assert_names_key(_config_error(raw), "registry.retries", "expected int, got str")
+
+
+def test_wrong_type_bool_for_float() -> None:
+    raw = _minimal()
+    raw["registry"]["timeout_s"] = True
+
+    _assert_names_key(_config_error(raw), "registry.timeout_s", "expected float, got bool")
+
+
+def test_wrong_type_bool_for_int() -> None:
+    raw = _minimal()
+    raw["registry"]["retries"] = False
+
+    _assert_names_key(_config_error(raw), "registry.retries", "expected int, got bool")
+
+
+def test_bad_literal() -> None:
+    raw = _minimal()
+    raw["registry"]["id_type"] = "foo"
+
+    _assert_names_key(_config_error(raw), "registry.id_type", "must be one of contentId, globalId")
+
+
+def test_null_for_required_value() -> None:
+    raw = _minimal()
+    raw["kafka"]["topic_pattern"] = None
+
+    _assert_names_key(_config_error(raw), "kafka.topic_pattern", "must not be null")
+
+
+def test_section_that_is_not_a_mapping() -> None:
+    raw = _minimal()
+    raw["lake"] = "silver"
+
+    _assert_names_key(_config_error(raw), "lake", "expected a mapping, got str")
+
+
+def test_root_that_is_not_a_mapping() -> None:
+    _assert_names_key(_config_error(["kafka"]), "<root>", "expected a mapping, got list")
+
+
+def test_bad_regex_in_topic_pattern() -> None:
+    raw = _minimal()
+    raw["kafka"]["topic_pattern"] = "cdc.public.(orders"
+
+    _assert_names_key(_config_error(raw), "kafka.topic_pattern", "not a valid regular expression")
+
+
+def test_negative_retries() -> None:
+    raw = _minimal()
+    raw["registry"]["retries"] = -1
+
+    _assert_names_key(_config_error(raw), "registry.retries", "must be >= 0")
+
+
+def test_invalid_database_name() -> None:
+    raw = _minimal()
+    raw["lake"]["database"] = "silver-db"
+
+    _assert_names_key(_config_error(raw), "lake.database", "not a valid database name")
+
+
+def test_tables_key_without_dot() -> None:
+    raw = _minimal() | {"tables": {"orders": {"name": "orders_silver"}}}
+
+    _assert_names_key(_config_error(raw), "tables.orders", "'<schema>.<table>'")
+
+
+def test_tables_empty_record_key() -> None:
+    raw = _minimal() | {"tables": {"public.orders": {"record_key": []}}}
+
+    _assert_names_key(_config_error(raw), "tables.public.orders.record_key", "at least one column")
+
+
+def test_load_config_reads_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "local.yaml"
+    path.write_text(
+        """\
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+  topic_pattern: 'cdc\\.public\\..*'
+  starting_offsets: latest
+registry:
+  url: http://127.0.0.1:8080
+  id_type: globalId
+  timeout_s: 5
+  retries: 2
+source:
+  topic_prefix: cdc
+lake:
+  database: silver
+  silver_path: /tmp/lake/silver
+  bronze_path: /tmp/lake/bronze
+  checkpoint_path: /tmp/lake/checkpoints
+spark:
+  conf:
+    spark.sql.shuffle.partitions: 4
+tables:
+  public.orders:
+    record_key: [order_id]
+""",
+        encoding="utf-8",
+    )
+
+    config = load_config(path)
+
+    assert config.kafka.topic_pattern == r"cdc\.public\..*"
+    assert config.kafka.starting_offsets == "latest"
+    assert config.registry == RegistryConfig(url="http://127.0.0.1:8080", id_type="globalId", timeout_s=5.0, retries=2)
+    assert isinstance(config.registry.timeout_s, float)
+    assert config.spark.conf == {"spark.sql.shuffle.partitions": "4"}
+    assert config.table_config("public", "orders") == TableConfig(record_key=["order_id"])
+    assert config.table_config("public", "customers") == TableConfig()
+
+
+def test_load_config_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path)
+
+    _assert_names_key(excinfo.value, "<file>", f"cannot read {path}")
+
+
+def test_load_config_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(tmp_path)
+
+    _assert_names_key(excinfo.value, "<file>", "cannot read")
+
+
+def test_load_config_file_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("lake:\n  database: Größe\n".encode("latin-1"))
+
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path)
+
+    _assert_names_key(excinfo.value, "<file>", "cannot read")
+
+
+def test_load_config_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("kafka:\n  bootstrap_servers: [127.0.0.1:9092\n", encoding="utf-8")
+
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path)
+
+    _assert_names_key(excinfo.value, "<file>", "is not valid YAML")
+
+
+def test_load_config_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("", encoding="utf-8")
+
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path)
+
+    _assert_names_key(excinfo.value, "<root>", "expected a mapping, got NoneType")
