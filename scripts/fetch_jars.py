@@ -90,7 +90,7 @@ def pom(artifacts: list[Artifact]) -> str:
 
 def mvn(args: list[str], cwd: Path) -> None:
     cmd = ["mvn", "-B", "-q", "-ntp", *args]
-    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         sys.exit(f"mvn failed in {cwd}: {' '.join(cmd)}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
 

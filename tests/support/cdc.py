@@ -5,6 +5,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
@@ -87,14 +88,17 @@ def read_topic(topic: str, min_records: int = 0, timeout_s: float = 60.0) -> lis
                     raise RuntimeError(str(msg.error()))
                 offset = msg.offset()
                 assert offset is not None
-                records.append(KafkaRecord(
-                    topic, partition, offset, msg.key(), msg.value(), tuple(msg.headers() or ())
-                ))
+                records.append(KafkaRecord(topic, partition, offset, msg.key(), msg.value(), _headers(msg.headers())))
                 if offset >= high - 1:
                     break
         return records
     finally:
         consumer.close()
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
+    # confluent-kafka returns a list of (name, bytes) pairs, or None when the record has no headers.
+    return tuple((str(name), bytes(value or b"")) for name, value in (raw or []))
 
 
 def _watermarks(consumer: Consumer, topic: str) -> list[tuple[int, int, int]]:
