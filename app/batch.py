@@ -14,9 +14,9 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.utils import CapturedException
@@ -93,27 +93,38 @@ class BatchProcessor:
             raw_df.unpersist()
 
     def _process(self, raw_df: DataFrame, batch_id: int, query_id: str, started: float) -> None:
-        framed_df = with_framing(raw_df)
-        summary = self._summarize(framed_df)
-        if not summary:
+        plans = self.plan_batch(raw_df)
+        if not plans:
             log.info("batch=%s empty", batch_id)
             return
-        self._check_framing(framed_df, summary)
         try:
             write_bronze(raw_df, self.config.lake.bronze_path)
-        except (Py4JJavaError, PySparkException) as e:
+        except (Py4JJavaError, CapturedException) as e:
             raise SinkWriteError(f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {e}") from e
-        stats = {}
-        for topic, topic_summary in sorted(summary.items()):
-            stats[topic] = self._write_topic(framed_df, topic, topic_summary, batch_id, query_id)
-        self.last_stats = {s.table: s for s in stats.values()}
-        log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(stats), time.monotonic() - started)
+        for table_plan in plans:
+            self._write_table(table_plan, batch_id, query_id)
+        self.last_stats = {p.stats.table: p.stats for p in plans}
+        log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(plans), time.monotonic() - started)
+
+    def plan_batch(self, raw_df: DataFrame) -> list[TablePlan]:
+        """What a batch writes, per table, without writing: the Silver frames and their targets.
+
+        Runs one Spark action (the summary aggregate) and the registry look-ups; the returned frames are lazy.
+
+        Raises:
+            SchemaDecodeError: a value lacks the framing.
+            EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
+        """
+        framed_df = with_framing(raw_df)
+        summary = self._summarize(framed_df)
+        self._check_framing(framed_df, summary)
+        return [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
 
     def _summarize(self, framed_df: DataFrame) -> dict[str, _TopicSummary]:
         """One aggregate: per topic and (key id, value id, framed), record count. Drives everything after."""
         rows = (
             framed_df.groupBy("topic", "key_schema_id", "value_schema_id", "value_framed")
-            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("min_offset"))
+            .agg(F.count(F.lit(1)).alias("n"))
             .collect()
         )
         summary: dict[str, _TopicSummary] = defaultdict(_TopicSummary)
@@ -131,8 +142,7 @@ class BatchProcessor:
         return dict(summary)
 
     def _check_framing(self, framed_df: DataFrame, summary: dict[str, _TopicSummary]) -> None:
-        bad_topics = [t for t, s in summary.items() if s.unframed]
-        if not bad_topics:
+        if not any(s.unframed for s in summary.values()):
             return
         bad = framed_df.filter(~F.col("value_framed")).select("topic", "partition", "offset").first()
         assert bad is not None  # the summary counted at least one such row
@@ -141,26 +151,16 @@ class BatchProcessor:
             "value lacks the 0x00 + 4-byte schema id framing",
         )
 
-    def _write_topic(
-        self, framed_df: DataFrame, topic: str, summary: _TopicSummary, batch_id: int, query_id: str
-    ) -> TableBatchStats:
-        started = time.monotonic()
+    def _plan_topic(self, framed_df: DataFrame, topic: str, summary: _TopicSummary) -> TablePlan:
         route = route_topic(topic, self.config)
         stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids))
-        if not summary.value_ids:
-            stats.skipped = summary.tombstones
-            stats.duration_s = time.monotonic() - started
-            log.info("%s", stats.log_line(batch_id))
-            return stats
+        stats.skipped = summary.tombstones
+        if not summary.value_ids:  # only tombstones
+            return TablePlan(route, None, None, stats, summary)
         record_key = self._record_key(route, summary.key_ids)
         topic_df = framed_df.filter(F.col("topic") == topic)
         changes = [self._decode_slice(topic_df, schema_id, topic) for schema_id in sorted(summary.value_ids)]
         flagged_df = _union(changes).transform(with_latest_flag, record_key)
-        latest_df = flagged_df.filter(F.col(LATEST_COL)).drop(LATEST_COL)
-        counts = _count(flagged_df)
-        stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
-        stats.skipped = summary.tombstones + (summary.rows_in - summary.tombstones - counts["events"])
-        stats.superseded = counts["events"] - stats.upserts - stats.deletes
         target = HudiTarget(
             database=self.config.lake.database,
             table=route.table,
@@ -168,17 +168,29 @@ class BatchProcessor:
             record_key=tuple(record_key),
             table_type=self.config.lake.table_type,
         )
-        try:
-            write_silver(latest_df, target, batch_id, query_id)
-        except (Py4JJavaError, CapturedException) as e:
-            decode_error = decode_error_from(e)
-            if decode_error is not None:
-                raise decode_error from e
-            raise SinkWriteError(f"batch {batch_id}: Hudi write of {target.qualified_name} failed: {e}") from e
-        self.tables.ensure(framed_df.sparkSession, target)
+        return TablePlan(route, target, flagged_df, stats, summary)
+
+    def _write_table(self, plan: TablePlan, batch_id: int, query_id: str) -> None:
+        started = time.monotonic()
+        stats = plan.stats
+        if plan.target is not None and plan.flagged_df is not None:
+            try:
+                counts = _count(plan.flagged_df)
+                stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
+                # Rows that are neither tombstones nor data changes: truncate and logical-message events.
+                stats.skipped = plan.summary.rows_in - counts["events"]
+                stats.superseded = counts["events"] - stats.upserts - stats.deletes
+                write_silver(plan.latest_df(), plan.target, batch_id, query_id)
+            except (Py4JJavaError, CapturedException) as e:
+                decode_error = decode_error_from(e)
+                if decode_error is not None:
+                    raise decode_error from e
+                raise SinkWriteError(
+                    f"batch {batch_id}: Hudi write of {plan.target.qualified_name} failed: {e}"
+                ) from e
+            self.tables.ensure(plan.flagged_df.sparkSession, plan.target)
         stats.duration_s = time.monotonic() - started
         log.info("%s", stats.log_line(batch_id))
-        return stats
 
     def _decode_slice(self, topic_df: DataFrame, schema_id: int, topic: str) -> DataFrame:
         schema_json = self.registry.get_schema(schema_id)
@@ -218,7 +230,23 @@ class _TopicSummary:
     value_ids: set[int] = field(default_factory=set)
 
 
-def _value_fields(envelope_schema_json: str) -> list[dict]:
+@dataclass
+class TablePlan:
+    """One table's share of a batch: where it goes and the lazy frame of flagged events."""
+
+    route: TableRoute
+    target: HudiTarget | None  # None when the batch holds only tombstones for the table
+    flagged_df: DataFrame | None
+    stats: TableBatchStats
+    summary: _TopicSummary
+
+    def latest_df(self) -> DataFrame:
+        """The rows the Hudi upsert receives: the latest event per key, deletes flagged."""
+        assert self.flagged_df is not None
+        return self.flagged_df.filter(F.col(LATEST_COL)).drop(LATEST_COL)
+
+
+def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
     # The Value record is defined inline in whichever of before/after comes first; the other names it.
     try:
         return record_fields(envelope_schema_json, "before")

@@ -4,17 +4,20 @@ A batch can hold several writer schema ids for one topic (a column added mid-str
 each (topic, id) slice with that id's schema and unions the results after unwrapping.
 
 An undecodable body must stop the batch with a message naming the record. `from_avro` in PERMISSIVE mode
-returns null for a body it cannot read; `raise_error` then fails the task with the record's coordinates,
-and `SchemaDecodeError.from_spark` turns that message back into a typed error on the driver. No extra
-Spark action is spent on the check.
+does not return null for a record schema: it returns a row whose fields are all null, even the ones the
+schema declares non-null. Such a row is the failure marker; `raise_error` then fails the task with the
+record's coordinates, and `decode_error_from` turns that message back into a typed error on the driver. No
+extra Spark action is spent on the check.
 """
 from __future__ import annotations
 
 import json
+import operator
 import re
+from functools import reduce
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
@@ -41,8 +44,29 @@ def decode_value(df: DataFrame, schema_json: str) -> DataFrame:
         )
     )
     # raise_error is typed null; the CASE takes the struct type from the decoded branch.
-    checked = F.when(decoded.isNull() & F.col("value_payload").isNotNull(), failure).otherwise(decoded)
-    return df.withColumn("envelope", checked)
+    checked = F.when(_decode_failed(decoded, schema_json) & F.col("value_payload").isNotNull(), failure)
+    return df.withColumn("envelope", checked.otherwise(decoded))
+
+
+def _decode_failed(decoded: Column, schema_json: str) -> Column:
+    """True where PERMISSIVE `from_avro` could not read the body.
+
+    For a record schema the failure marker is a row of nulls, not a null. A successful decode never yields
+    null for a non-nullable field, so the record's required fields all being null marks a failure; a record
+    with only nullable fields falls back to all of its fields being null.
+    """
+    schema = json.loads(schema_json)
+    if not isinstance(schema, dict) or schema.get("type") != "record" or not schema.get("fields"):
+        return decoded.isNull()
+    names = [f["name"] for f in schema["fields"]]
+    checked = [f["name"] for f in schema["fields"] if not _is_nullable(f["type"])] or names
+    return decoded.isNull() | reduce(operator.and_, [decoded[name].isNull() for name in checked])
+
+
+def _is_nullable(avro_type: Any) -> bool:
+    if isinstance(avro_type, list):
+        return any(_is_nullable(t) for t in avro_type)
+    return avro_type == "null" or (isinstance(avro_type, dict) and avro_type.get("type") == "null")
 
 
 def decode_error_from(exc: BaseException) -> SchemaDecodeError | None:

@@ -74,7 +74,7 @@ class TableRegistry:
         if target.qualified_name in self._known:
             return
         spark.sql(f"CREATE DATABASE IF NOT EXISTS `{target.database}`")
-        if not spark.catalog.tableExists(target.table, target.database):
+        if not spark.catalog.tableExists(target.qualified_name):
             # The Hudi catalog reads columns from the table's own commit metadata at query time.
             spark.sql(
                 f"CREATE TABLE IF NOT EXISTS `{target.database}`.`{target.table}` USING hudi "

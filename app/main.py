@@ -14,6 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from app.batch import BatchProcessor
 from app.config import JobConfig, load_config
@@ -41,30 +43,43 @@ def configure_logging(level: str) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def run(config: JobConfig, available_now: bool) -> None:
-    """Start the streaming query and block until it ends (available-now) or fails."""
-    spark = build_session("cdc-lakehouse", config.spark, config.metastore)
-    spark.sparkContext.setLogLevel("WARN")
-    processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
+def start_query(
+    spark: SparkSession, config: JobConfig, processor: BatchProcessor, available_now: bool
+) -> StreamingQuery:
+    """Start the streaming query: Kafka source -> foreachBatch(processor.process), checkpointed."""
     writer = (
         read_kafka(spark, config.kafka)
         .writeStream.foreachBatch(processor.process)
         .option("checkpointLocation", config.lake.checkpoint_path)
         .queryName("cdc-lakehouse")
     )
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
-        processingTime=config.trigger.processing_time
-    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=config.trigger.processing_time)
     query = writer.start()
     log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
+    return query
+
+
+def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:
+    """Block until the query ends; a batch failure re-raises the pipeline's own typed error."""
     try:
         query.awaitTermination()
     except StreamingQueryException as e:
-        # Spark wraps what foreachBatch raised; surface the pipeline's own typed error when there is one.
+        # Spark wraps what foreachBatch raised; surface the typed error (naming the record) when there is one.
         if processor.failure is not None:
             raise processor.failure from e
         raise
     log.info("query %s finished", query.name)
+
+
+def run(config: JobConfig, available_now: bool) -> None:
+    """Build the session, start the query and block until it ends (available-now) or fails."""
+    spark = build_session("cdc-lakehouse", config.spark, config.metastore)
+    spark.sparkContext.setLogLevel("WARN")
+    processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
+    await_query(start_query(spark, config, processor, available_now), processor)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,16 +33,20 @@ OFFSET_COL = "_kafka_offset"
 DELETED_COL = "_hoodie_is_deleted"
 CDC_COLUMNS = (OP_COL, LSN_COL, SOURCE_TS_COL, PARTITION_COL, OFFSET_COL, DELETED_COL)
 
-EPOCH_DATE = F.lit("1970-01-01").cast("date")
+
+def _floor_div_1000(c: Column) -> Column:
+    # `/` on a long divides as a double, off by up to ~128 ns at today's epoch: divide exactly in decimal.
+    return F.floor(c.cast("decimal(20,0)") / 1000).cast("long")
+
 
 # Debezium semantic types arrive as plain Avro ints/longs/strings tagged with connect.name.
 # Naive source timestamps (no zone) follow Debezium's own convention: wall-clock time encoded as if UTC,
 # stored as the Spark timestamp of that UTC instant (independent of the JVM's and the session's zone).
 CONVERSIONS: dict[str, Callable[[Column], Column]] = {
-    "io.debezium.time.Date": lambda c: F.date_add(EPOCH_DATE, c),
+    "io.debezium.time.Date": lambda c: F.date_add(F.lit("1970-01-01").cast("date"), c),
     "io.debezium.time.Timestamp": F.timestamp_millis,
     "io.debezium.time.MicroTimestamp": F.timestamp_micros,
-    "io.debezium.time.NanoTimestamp": lambda c: F.timestamp_micros(F.floor(c / 1000)),
+    "io.debezium.time.NanoTimestamp": lambda c: F.timestamp_micros(_floor_div_1000(c)),
     "io.debezium.time.ZonedTimestamp": F.to_timestamp,
     "org.apache.kafka.connect.data.Date": lambda c: c,  # real Avro logicalType date: already a Spark date
 }
