@@ -1,0 +1,360 @@
+"""app/unwrap.py: one test per CDC case on small literal DataFrames (chispa), no Kafka and no registry.
+
+The suite runs with TZ=America/Los_Angeles: timestamps are compared as instants, built on the expected side
+from timezone-aware UTC datetimes (pyspark turns those into the instant, then both sides collect the same way).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from app.errors import EnvelopeError
+from app.unwrap import (
+    dedupe_latest,
+    filter_data_changes,
+    filter_tombstones,
+    unwrap_envelope,
+    with_debezium_types,
+    with_latest_flag,
+)
+
+ROW_TYPE = StructType([
+    StructField("id", IntegerType(), True),
+    StructField("name", StringType(), True),
+])
+SOURCE_TYPE = StructType([
+    StructField("lsn", LongType(), True),
+    StructField("ts_ms", LongType(), True),
+])
+ENVELOPE_TYPE = StructType([
+    StructField("before", ROW_TYPE, True),
+    StructField("after", ROW_TYPE, True),
+    StructField("op", StringType(), True),
+    StructField("source", SOURCE_TYPE, True),
+])
+EVENT_SCHEMA = StructType([
+    StructField("value", BinaryType(), True),
+    StructField("envelope", ENVELOPE_TYPE, True),
+    StructField("partition", IntegerType(), True),
+    StructField("offset", LongType(), True),
+])
+VALUE_COLUMNS = ["id", "name"]
+
+CDC_FIELDS = [
+    StructField("_cdc_op", StringType(), True),
+    StructField("_cdc_lsn", LongType(), True),
+    StructField("_cdc_source_ts_ms", LongType(), True),
+    StructField("_kafka_partition", IntegerType(), True),
+    StructField("_kafka_offset", LongType(), True),
+    StructField("_hoodie_is_deleted", BooleanType(), True),
+]
+UNWRAPPED_SCHEMA = StructType([*ROW_TYPE.fields, *CDC_FIELDS])
+FLAGGED_SCHEMA = StructType([*UNWRAPPED_SCHEMA.fields, StructField("_cdc_is_latest", BooleanType(), False)])
+COMPOSITE_SCHEMA = StructType([StructField("tenant", StringType(), True), *UNWRAPPED_SCHEMA.fields])
+
+VALUE_BYTES = b"\x00\x00\x00\x00\x07avro"
+TS_MS = 1704103872000
+
+
+def _event(
+    op: str, before: tuple[Any, ...] | None, after: tuple[Any, ...] | None, lsn: int, offset: int
+) -> tuple[Any, ...]:
+    return (VALUE_BYTES, (before, after, op, (lsn, TS_MS)), 1, offset)
+
+
+# ---- unwrap: c, r, u, d ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["c", "r"])
+def test_create_and_snapshot_read_upsert_the_after_image(spark: SparkSession, op: str) -> None:
+    events_df = spark.createDataFrame([_event(op, None, (1, "alice"), 100, 5)], EVENT_SCHEMA)
+
+    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS)
+
+    expected_df = spark.createDataFrame([(1, "alice", op, 100, TS_MS, 1, 5, False)], UNWRAPPED_SCHEMA)
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_update_upserts_the_after_image_not_the_before(spark: SparkSession) -> None:
+    events_df = spark.createDataFrame([_event("u", (1, "alice"), (1, "alicia"), 200, 6)], EVENT_SCHEMA)
+
+    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS)
+
+    expected_df = spark.createDataFrame([(1, "alicia", "u", 200, TS_MS, 1, 6, False)], UNWRAPPED_SCHEMA)
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_delete_takes_the_before_image_and_carries_its_lsn(spark: SparkSession) -> None:
+    # Without REPLICA IDENTITY FULL the before image holds only the key columns.
+    events_df = spark.createDataFrame([_event("d", (1, None), None, 300, 7)], EVENT_SCHEMA)
+
+    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS)
+
+    expected_df = spark.createDataFrame([(1, None, "d", 300, TS_MS, 1, 7, True)], UNWRAPPED_SCHEMA)
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_unwrap_selects_only_the_given_value_columns_in_their_order(spark: SparkSession) -> None:
+    events_df = spark.createDataFrame([_event("c", None, (1, "alice"), 100, 5)], EVENT_SCHEMA)
+
+    actual_df = events_df.transform(unwrap_envelope, ["name", "id"])
+
+    assert actual_df.columns == [
+        "name", "id", "_cdc_op", "_cdc_lsn", "_cdc_source_ts_ms", "_kafka_partition", "_kafka_offset",
+        "_hoodie_is_deleted",
+    ]
+    assert [tuple(r) for r in actual_df.collect()] == [("alice", 1, "c", 100, TS_MS, 1, 5, False)]
+
+
+# ---- rows that carry no change ---------------------------------------------------------------------------
+
+
+def test_tombstone_is_dropped(spark: SparkSession) -> None:
+    events_df = spark.createDataFrame(
+        [(None, None, 1, 8), _event("d", (1, None), None, 300, 7)], EVENT_SCHEMA
+    )
+
+    actual_df = events_df.transform(filter_tombstones)
+
+    expected_df = spark.createDataFrame([_event("d", (1, None), None, 300, 7)], EVENT_SCHEMA)
+    assert_df_equality(actual_df, expected_df)
+
+
+@pytest.mark.parametrize("op", ["t", "m"], ids=["truncate", "message"])
+def test_truncate_and_message_are_dropped(spark: SparkSession, op: str) -> None:
+    events_df = spark.createDataFrame(
+        [_event("c", None, (1, "alice"), 100, 5), _event(op, None, None, 150, 6), _event("d", (1, None), None, 200, 7)],
+        EVENT_SCHEMA,
+    )
+
+    actual_df = events_df.transform(filter_data_changes)
+
+    expected_df = spark.createDataFrame(
+        [_event("c", None, (1, "alice"), 100, 5), _event("d", (1, None), None, 200, 7)], EVENT_SCHEMA
+    )
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_unwrap_rejects_a_struct_that_is_not_an_envelope(spark: SparkSession) -> None:
+    schema = StructType([
+        StructField("envelope", StructType([
+            StructField("after", ROW_TYPE, True),
+            StructField("op", StringType(), True),
+        ]), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+    ])
+    df = spark.createDataFrame([(((1, "alice"), "c"), 0, 1)], schema)
+
+    with pytest.raises(EnvelopeError, match=r"missing \['before', 'source'\]"):
+        unwrap_envelope(df, VALUE_COLUMNS)
+
+
+# ---- Debezium semantic types -----------------------------------------------------------------------------
+
+
+def _typed_df(spark: SparkSession, value_type: DataType, values: list[Any]) -> DataFrame:
+    schema = StructType([
+        StructField("id", IntegerType(), True),
+        StructField("v", value_type, True),
+        StructField("_cdc_op", StringType(), True),
+        StructField("_cdc_lsn", LongType(), True),
+    ])
+    return spark.createDataFrame([(i, v, "c", 100 + i) for i, v in enumerate(values)], schema)
+
+
+def _fields(connect_name: str | None, avro_type: str) -> list[dict[str, Any]]:
+    v_type: dict[str, Any] = {"type": avro_type}
+    if connect_name is not None:
+        v_type["connect.name"] = connect_name
+    return [{"name": "id", "type": "int"}, {"name": "v", "type": ["null", v_type], "default": None}]
+
+
+def _convert(
+    spark: SparkSession, connect_name: str, avro_type: str, value_type: DataType, values: list[Any]
+) -> DataFrame:
+    return with_debezium_types(_typed_df(spark, value_type, values), _fields(connect_name, avro_type))
+
+
+def _utc(year: int, month: int, day: int, hour: int, minute: int, second: int, micros: int) -> datetime:
+    return datetime(year, month, day, hour, minute, second, micros, tzinfo=UTC)
+
+
+def test_debezium_date_days_become_a_date(spark: SparkSession) -> None:
+    actual_df = _convert(spark, "io.debezium.time.Date", "int", IntegerType(), [19000, 0])
+
+    expected_df = _typed_df(spark, DateType(), [date(2022, 1, 8), date(1970, 1, 1)])
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_debezium_date_negative_days_are_before_1970(spark: SparkSession) -> None:
+    actual_df = _convert(spark, "io.debezium.time.Date", "int", IntegerType(), [-1, -365, -25567])
+
+    expected_df = _typed_df(spark, DateType(), [date(1969, 12, 31), date(1969, 1, 1), date(1900, 1, 1)])
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_micro_timestamp_becomes_the_utc_instant(spark: SparkSession) -> None:
+    actual_df = _convert(
+        spark, "io.debezium.time.MicroTimestamp", "long", LongType(), [1704103872123456, -1]
+    )
+
+    expected_df = _typed_df(
+        spark, TimestampType(), [_utc(2024, 1, 1, 10, 11, 12, 123456), _utc(1969, 12, 31, 23, 59, 59, 999999)]
+    )
+    assert_df_equality(actual_df, expected_df)
+
+
+@pytest.fixture(params=["UTC", "America/Los_Angeles", "Asia/Kolkata"])
+def session_zone(spark: SparkSession, request: pytest.FixtureRequest) -> Iterator[str]:
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", request.param)
+    try:
+        yield str(request.param)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+
+
+def test_micro_timestamp_keeps_the_raw_micros_in_any_session_zone(spark: SparkSession, session_zone: str) -> None:
+    raw = [1704103872123456, 1719835200000001, -86400000000]  # winter, summer (DST), before 1970
+
+    converted_df = _convert(spark, "io.debezium.time.MicroTimestamp", "long", LongType(), raw)
+
+    assert converted_df.schema["v"].dataType == TimestampType()
+    micros = [r["micros"] for r in converted_df.select(F.unix_micros("v").alias("micros")).orderBy("id").collect()]
+    assert micros == raw, session_zone
+
+
+def test_millis_timestamp_becomes_the_utc_instant(spark: SparkSession) -> None:
+    actual_df = _convert(spark, "io.debezium.time.Timestamp", "long", LongType(), [1704103872123])
+
+    expected_df = _typed_df(spark, TimestampType(), [_utc(2024, 1, 1, 10, 11, 12, 123000)])
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_nano_timestamp_floors_to_the_microsecond_exactly(spark: SparkSession) -> None:
+    # 1704103872123024000 is not a double: dividing it as one lands a microsecond early.
+    raw = [1704103872123024000, 1704103872123456789, -1]
+
+    actual_df = _convert(spark, "io.debezium.time.NanoTimestamp", "long", LongType(), raw)
+
+    expected_df = _typed_df(spark, TimestampType(), [
+        _utc(2024, 1, 1, 10, 11, 12, 123024),
+        _utc(2024, 1, 1, 10, 11, 12, 123456),
+        _utc(1969, 12, 31, 23, 59, 59, 999999),
+    ])
+    assert_df_equality(actual_df, expected_df)
+    micros = [r[0] for r in actual_df.select(F.unix_micros("v")).orderBy("id").collect()]
+    assert micros == [1704103872123024, 1704103872123456, -1]
+
+
+def test_zoned_timestamp_iso_string_becomes_its_instant(spark: SparkSession) -> None:
+    raw = ["2024-01-01T10:11:12.123456Z", "2024-01-01T12:11:12.123456+02:00"]
+
+    actual_df = _convert(spark, "io.debezium.time.ZonedTimestamp", "string", StringType(), raw)
+
+    instant = _utc(2024, 1, 1, 10, 11, 12, 123456)
+    expected_df = _typed_df(spark, TimestampType(), [instant, instant])
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_null_semantic_value_stays_null(spark: SparkSession) -> None:
+    actual_df = _convert(
+        spark, "io.debezium.time.MicroTimestamp", "long", LongType(), [None, 1704103872123456]
+    )
+
+    expected_df = _typed_df(spark, TimestampType(), [None, _utc(2024, 1, 1, 10, 11, 12, 123456)])
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_column_without_connect_name_passes_unchanged(spark: SparkSession) -> None:
+    input_df = _typed_df(spark, LongType(), [1704103872123456, None])
+
+    plain_df = with_debezium_types(input_df, _fields(None, "long"))
+    unknown_df = with_debezium_types(input_df, _fields("io.debezium.data.Bits", "long"))
+
+    assert_df_equality(plain_df, input_df)
+    assert_df_equality(unknown_df, input_df)
+
+
+# ---- ordering within a batch -----------------------------------------------------------------------------
+
+
+def _unwrapped(key: int, lsn: int, offset: int, op: str = "u") -> tuple[Any, ...]:
+    deleted = op == "d"
+    return (key, None if deleted else f"k{key}@{lsn}", op, lsn, TS_MS, 0, offset, deleted)
+
+
+# Out of offset order: key 1 by LSN, key 2 tied on LSN (offset breaks it), key 3 ends in a delete.
+EVENTS = [
+    _unwrapped(1, 30, 5),
+    _unwrapped(1, 20, 6),
+    _unwrapped(1, 10, 7),
+    _unwrapped(2, 40, 8),
+    _unwrapped(2, 40, 9),
+    _unwrapped(3, 50, 10, "c"),
+    _unwrapped(3, 60, 11, "d"),
+]
+LATEST = {(1, 5), (2, 9), (3, 11)}
+
+
+def test_dedupe_latest_keeps_one_row_per_key(spark: SparkSession) -> None:
+    events_df = spark.createDataFrame(EVENTS, UNWRAPPED_SCHEMA)
+
+    actual_df = events_df.transform(dedupe_latest, ["id"])
+
+    expected_df = spark.createDataFrame(
+        [_unwrapped(1, 30, 5), _unwrapped(2, 40, 9), _unwrapped(3, 60, 11, "d")], UNWRAPPED_SCHEMA
+    )
+    assert_df_equality(actual_df, expected_df, ignore_row_order=True)
+
+
+def test_with_latest_flag_flags_the_latest_event_of_each_key(spark: SparkSession) -> None:
+    events_df = spark.createDataFrame(EVENTS, UNWRAPPED_SCHEMA)
+
+    actual_df = events_df.transform(with_latest_flag, ["id"])
+
+    expected_df = spark.createDataFrame(
+        [(*e, (e[0], e[6]) in LATEST) for e in EVENTS], FLAGGED_SCHEMA
+    )
+    assert_df_equality(actual_df, expected_df, ignore_row_order=True)
+
+
+def test_dedupe_latest_on_a_composite_key(spark: SparkSession) -> None:
+    # The same id under two tenants is two records; (tenant, id) decides.
+    events_df = spark.createDataFrame(
+        [
+            ("a", *_unwrapped(1, 20, 3)),
+            ("a", *_unwrapped(1, 10, 4)),
+            ("b", *_unwrapped(1, 15, 5)),
+            ("b", *_unwrapped(1, 25, 2, "d")),
+            ("b", *_unwrapped(2, 5, 6)),
+        ],
+        COMPOSITE_SCHEMA,
+    )
+
+    actual_df = events_df.transform(dedupe_latest, ["tenant", "id"])
+
+    expected_df = spark.createDataFrame(
+        [("a", *_unwrapped(1, 20, 3)), ("b", *_unwrapped(1, 25, 2, "d")), ("b", *_unwrapped(2, 5, 6))],
+        COMPOSITE_SCHEMA,
+    )
+    assert_df_equality(actual_df, expected_df, ignore_row_order=True)
