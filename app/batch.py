@@ -24,7 +24,7 @@ from pyspark.sql.utils import CapturedException
 from app.bronze import write_bronze
 from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
-from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError
+from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
 from app.framing import with_framing
 from app.hudi import HudiTarget, TableRegistry, write_silver
 from app.registry import RegistryClient
@@ -100,7 +100,9 @@ class BatchProcessor:
         try:
             write_bronze(raw_df, self.config.lake.bronze_path)
         except (Py4JJavaError, CapturedException) as e:
-            raise SinkWriteError(f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {e}") from e
+            raise SinkWriteError(
+                f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"
+            ) from e
         for table_plan in plans:
             self._write_table(table_plan, batch_id, query_id)
         self.last_stats = {p.stats.table: p.stats for p in plans}
@@ -186,7 +188,7 @@ class BatchProcessor:
                 if decode_error is not None:
                     raise decode_error from e
                 raise SinkWriteError(
-                    f"batch {batch_id}: Hudi write of {plan.target.qualified_name} failed: {e}"
+                    f"batch {batch_id}: Hudi write of {plan.target.qualified_name} failed: {java_root_cause(e)}"
                 ) from e
             self.tables.ensure(plan.flagged_df.sparkSession, plan.target)
         stats.duration_s = time.monotonic() - started

@@ -10,7 +10,7 @@ import os
 import re
 import types
 import typing
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -124,7 +124,27 @@ def parse_config(raw: Any) -> JobConfig:
     """Validate an already-parsed mapping into a JobConfig (see load_config)."""
     config = _build(JobConfig, raw, "")
     _check_semantics(config)
-    return config
+    return _with_absolute_paths(config)
+
+
+def _absolute(path: str) -> str:
+    # Hadoop reads a relative path as a relative URI and fails; local paths are resolved against the working
+    # directory (the scripts run from the repository root). URIs (s3://, s3a://, file://) stay as they are.
+    return path if "://" in path else str(Path(path).resolve())
+
+
+def _with_absolute_paths(config: JobConfig) -> JobConfig:
+    lake = replace(
+        config.lake,
+        silver_path=_absolute(config.lake.silver_path),
+        bronze_path=_absolute(config.lake.bronze_path),
+        checkpoint_path=_absolute(config.lake.checkpoint_path),
+    )
+    metastore = config.metastore and replace(
+        config.metastore, warehouse_path=_absolute(config.metastore.warehouse_path)
+    )
+    spark = replace(config.spark, jars_dir=config.spark.jars_dir and _absolute(config.spark.jars_dir))
+    return replace(config, lake=lake, metastore=metastore, spark=spark)
 
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:

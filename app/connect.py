@@ -78,6 +78,32 @@ class ConnectClient:
         if r.status_code >= 300:
             raise RuntimeError(f"Kafka Connect rejected connector {name}: HTTP {r.status_code} {r.text[:500]}")
 
+    def create_fresh(self, name: str, config: dict[str, str]) -> None:
+        """Create a connector that starts from scratch (a new snapshot), even if Connect remembers offsets
+        from an earlier connector of the same name: create it STOPPED (KIP-980), clear its offsets, resume."""
+        self.delete_connector(name, reset_offsets=True)
+        body = {"name": name, "config": config, "initial_state": "STOPPED"}
+        r = requests.post(f"{self.url}/connectors", json=body, timeout=self.timeout_s)
+        if r.status_code >= 300:
+            raise RuntimeError(f"Kafka Connect rejected connector {name}: HTTP {r.status_code} {r.text[:500]}")
+        self._wait_state(name, "STOPPED")
+        r = requests.delete(f"{self.url}/connectors/{name}/offsets", timeout=self.timeout_s)
+        if r.status_code >= 300:
+            raise RuntimeError(f"cannot reset offsets of {name}: HTTP {r.status_code} {r.text[:500]}")
+        requests.put(f"{self.url}/connectors/{name}/resume", timeout=self.timeout_s).raise_for_status()
+
+    def _wait_state(self, name: str, state: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.status(name).get("connector", {}).get("state") == state:
+                    return
+            except requests.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"connector {name} not {state} after {timeout_s}s")
+            time.sleep(0.5)
+
     def status(self, name: str) -> dict[str, Any]:
         r = requests.get(f"{self.url}/connectors/{name}/status", timeout=self.timeout_s)
         r.raise_for_status()
@@ -104,7 +130,18 @@ class ConnectClient:
             time.sleep(0.5)
         raise TimeoutError(f"connector {name} not RUNNING after {timeout_s}s: {last}")
 
-    def delete_connector(self, name: str) -> None:
+    def delete_connector(self, name: str, reset_offsets: bool = False) -> None:
+        """Delete a connector; with reset_offsets also its stored source offsets (KIP-875, Connect 3.6+).
+
+        Connect keeps a deleted connector's offsets: a new connector of the same name would resume from them,
+        which fails once its replication slot is gone. Resetting needs the connector STOPPED first.
+        """
+        if reset_offsets and requests.get(f"{self.url}/connectors/{name}", timeout=self.timeout_s).ok:
+            requests.put(f"{self.url}/connectors/{name}/stop", timeout=self.timeout_s).raise_for_status()
+            self._wait_state(name, "STOPPED")
+            r = requests.delete(f"{self.url}/connectors/{name}/offsets", timeout=self.timeout_s)
+            if r.status_code >= 300:
+                raise RuntimeError(f"cannot reset offsets of {name}: HTTP {r.status_code} {r.text[:500]}")
         r = requests.delete(f"{self.url}/connectors/{name}", timeout=self.timeout_s)
         if r.status_code not in (204, 404):
             r.raise_for_status()

@@ -44,3 +44,16 @@ class EnvelopeError(PipelineError):
 
 class SinkWriteError(PipelineError):
     """A Hudi or Bronze write failed; names the table and batch."""
+
+
+def java_root_cause(exc: BaseException) -> str:
+    """The innermost JVM exception behind a py4j/pyspark error, as `Class: message`; else the first line."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    if java is None:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    try:
+        while java.getCause() is not None:
+            java = java.getCause()
+        return str(java.toString())
+    except Exception:
+        return str(exc).splitlines()[0]

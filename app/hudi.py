@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -83,3 +84,18 @@ class TableRegistry:
             log.info("registered %s at %s", target.qualified_name, target.path)
         self._known.add(target.qualified_name)
 
+
+
+COMMIT_ACTIONS = ("commit", "deltacommit", "replacecommit")
+
+
+def completed_instants(table_path: str | Path, actions: tuple[str, ...] = COMMIT_ACTIONS) -> list[str]:
+    """Begin times of a local table's completed instants, oldest first (Hudi 1.x `.hoodie/timeline/` layout:
+    `<begin>_<end>.<action>` for completed instants). Compaction and clean instants are left out by default."""
+    timeline = Path(table_path) / ".hoodie" / "timeline"
+    instants = []
+    for f in timeline.glob("*_*.*"):
+        stem, _, action = f.name.partition(".")
+        if action in actions:
+            instants.append(stem.split("_")[0])
+    return sorted(instants)

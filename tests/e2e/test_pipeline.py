@@ -38,11 +38,11 @@ from pyspark.sql.types import (
 
 from app.batch import BatchProcessor
 from app.config import JobConfig
+from app.hudi import completed_instants
 from app.main import await_query, start_query
 from app.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, PG_DSN, REGISTRY_URL, debezium_connector, read_topic
-from tests.support.hudi import completed_instants
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# README command 1: on a fresh machine, install what is missing, start the local stack, and run the demo
+# (TICKIT in PostgreSQL -> Debezium -> Kafka -> the streaming job -> Hudi, checked against the source).
+# The stack keeps running afterwards for exploration; stop it with scripts/stack.sh down.
+# usage: scripts/demo.sh [--scale X] [--burst N]
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+scripts/setup.sh
+scripts/stack.sh up
+export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
+exec .venv/bin/python scripts/demo.py "$@"

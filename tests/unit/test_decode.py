@@ -1,0 +1,184 @@
+"""app/decode.py: from_avro in the JVM against a writer schema; bodies written with fastavro, no registry."""
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import fastavro
+import pytest
+from chispa import assert_df_equality
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from app.decode import decode_error_from, decode_value
+from app.errors import SchemaDecodeError
+from app.unwrap import filter_data_changes, unwrap_envelope
+
+TOPIC = "tickit.crm.users"
+SCHEMA_ID = 7
+ENVELOPE_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": TOPIC,
+    "fields": [
+        {
+            "name": "before",
+            "type": ["null", {
+                "type": "record",
+                "name": "Value",
+                "fields": [
+                    {"name": "id", "type": "int"},
+                    {"name": "name", "type": ["null", "string"], "default": None},
+                ],
+            }],
+            "default": None,
+        },
+        {"name": "after", "type": ["null", f"{TOPIC}.Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "fields": [{"name": "lsn", "type": ["null", "long"], "default": None}, {"name": "ts_ms", "type": "long"}],
+            },
+        },
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+ENVELOPE_JSON = json.dumps(ENVELOPE_SCHEMA)
+
+INPUT_SCHEMA = StructType([
+    StructField("topic", StringType(), True),
+    StructField("partition", IntegerType(), True),
+    StructField("offset", LongType(), True),
+    StructField("value_schema_id", LongType(), True),
+    StructField("value_payload", BinaryType(), True),
+])
+# PERMISSIVE from_avro makes every field nullable: a failed decode is a row of nulls.
+VALUE_TYPE = StructType([StructField("id", IntegerType(), True), StructField("name", StringType(), True)])
+ENVELOPE_TYPE = StructType([
+    StructField("before", VALUE_TYPE, True),
+    StructField("after", VALUE_TYPE, True),
+    StructField("source", StructType([
+        StructField("lsn", LongType(), True),
+        StructField("ts_ms", LongType(), True),
+    ]), True),
+    StructField("op", StringType(), True),
+    StructField("ts_ms", LongType(), True),
+])
+DECODED_SCHEMA = StructType([StructField("offset", LongType(), True), StructField("envelope", ENVELOPE_TYPE, True)])
+
+CREATE = {
+    "before": None, "after": {"id": 1, "name": "alice"}, "source": {"lsn": 100, "ts_ms": 1704103872000},
+    "op": "c", "ts_ms": 1704103872500,
+}
+DELETE = {
+    "before": {"id": 1, "name": None}, "after": None, "source": {"lsn": 200, "ts_ms": 1704103873000},
+    "op": "d", "ts_ms": None,
+}
+
+
+def _avro(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
+    return buf.getvalue()
+
+
+def _payloads_df(spark: SparkSession, payloads: list[bytes | None], partition: int = 0) -> DataFrame:
+    rows = [(TOPIC, partition, 40 + i, SCHEMA_ID, p) for i, p in enumerate(payloads)]
+    return spark.createDataFrame(rows, INPUT_SCHEMA)
+
+
+def test_decode_value_reads_the_envelope(spark: SparkSession) -> None:
+    payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE), _avro(ENVELOPE_SCHEMA, DELETE)])
+
+    actual_df = decode_value(payloads_df, ENVELOPE_JSON).select("offset", "envelope")
+
+    expected_df = spark.createDataFrame(
+        [
+            (40, (None, (1, "alice"), (100, 1704103872000), "c", 1704103872500)),
+            (41, ((1, None), None, (200, 1704103873000), "d", None)),
+        ],
+        DECODED_SCHEMA,
+    )
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_null_payload_decodes_to_null_without_failing(spark: SparkSession) -> None:
+    payloads_df = _payloads_df(spark, [None, _avro(ENVELOPE_SCHEMA, CREATE)])
+
+    actual_df = decode_value(payloads_df, ENVELOPE_JSON).select("offset", "envelope")
+
+    expected_df = spark.createDataFrame(
+        [(40, None), (41, (None, (1, "alice"), (100, 1704103872000), "c", 1704103872500))], DECODED_SCHEMA
+    )
+    assert_df_equality(actual_df, expected_df)
+
+
+def _decode_failure(decoded_df: DataFrame) -> BaseException:
+    with pytest.raises((Py4JJavaError, PySparkException)) as excinfo:
+        decoded_df.collect()
+    return excinfo.value
+
+
+def test_undecodable_payload_fails_naming_the_record(spark: SparkSession) -> None:
+    payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE), b"\xff\xff\xff"], partition=3)
+
+    exc = _decode_failure(decode_value(payloads_df, ENVELOPE_JSON))
+    error = decode_error_from(exc)
+
+    assert isinstance(error, SchemaDecodeError)
+    assert (error.topic, error.partition, error.offset, error.schema_id) == (TOPIC, 3, 41, SCHEMA_ID)
+    assert f"{TOPIC}[3]@41 (schema id {SCHEMA_ID})" in str(error)
+
+
+def test_undecodable_payload_fails_for_a_record_of_nullable_fields(spark: SparkSession) -> None:
+    # No required field to tell a failed decode apart: the all-null row marks it.
+    schema = {"type": "record", "name": "Loose", "fields": [{"name": "n", "type": ["null", "long"], "default": None}]}
+    payloads_df = _payloads_df(spark, [_avro(schema, {"n": 5}), b"\xff\xff\xff"])
+
+    error = decode_error_from(_decode_failure(decode_value(payloads_df, json.dumps(schema))))
+
+    assert error is not None
+    assert (error.partition, error.offset) == (0, 41)
+
+
+def test_decode_error_from_ignores_other_failures() -> None:
+    assert decode_error_from(ValueError("job aborted: disk full")) is None
+
+
+def _executed_plan(df: DataFrame) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+PYTHON_NODES = ("BatchEvalPython", "ArrowEvalPython", "MapInPandas")
+
+
+def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> None:
+    payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE)])
+
+    unwrapped_df = (
+        decode_value(payloads_df, ENVELOPE_JSON)
+        .transform(filter_data_changes)
+        .transform(unwrap_envelope, ["id", "name"])
+    )
+    plan = _executed_plan(unwrapped_df)
+    # The probe sees a Python UDF when there is one.
+    udf_plan = _executed_plan(payloads_df.select(F.udf(lambda b: len(b), "int")("value_payload")))
+
+    assert "from_avro" in plan
+    assert [node for node in PYTHON_NODES if node in plan] == []
+    assert "BatchEvalPython" in udf_plan
+    assert [tuple(r) for r in unwrapped_df.collect()] == [(1, "alice", "c", 100, 1704103872000, 0, 40, False)]
