@@ -50,7 +50,10 @@ ENVELOPE_SCHEMA: dict[str, Any] = {
             "type": {
                 "type": "record",
                 "name": "Source",
-                "fields": [{"name": "lsn", "type": ["null", "long"], "default": None}, {"name": "ts_ms", "type": "long"}],
+                "fields": [
+                    {"name": "lsn", "type": ["null", "long"], "default": None},
+                    {"name": "ts_ms", "type": "long"},
+                ],
             },
         },
         {"name": "op", "type": "string"},
@@ -176,7 +179,7 @@ def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> No
     )
     plan = _executed_plan(unwrapped_df)
     # The probe sees a Python UDF when there is one.
-    udf_plan = _executed_plan(payloads_df.select(F.udf(lambda b: len(b), "int")("value_payload")))
+    udf_plan = _executed_plan(payloads_df.select(F.udf(len, "int")("value_payload")))
 
     assert "from_avro" in plan
     assert [node for node in PYTHON_NODES if node in plan] == []

@@ -194,8 +194,9 @@ def _convert(
     return with_debezium_types(_typed_df(spark, value_type, values), _fields(connect_name, avro_type))
 
 
-def _utc(year: int, month: int, day: int, hour: int, minute: int, second: int, micros: int) -> datetime:
-    return datetime(year, month, day, hour, minute, second, micros, tzinfo=UTC)
+def _utc(iso: str) -> datetime:
+    """The instant of a UTC wall-clock time, as a timezone-aware datetime."""
+    return datetime.fromisoformat(iso).replace(tzinfo=UTC)
 
 
 def test_debezium_date_days_become_a_date(spark: SparkSession) -> None:
@@ -218,7 +219,7 @@ def test_micro_timestamp_becomes_the_utc_instant(spark: SparkSession) -> None:
     )
 
     expected_df = _typed_df(
-        spark, TimestampType(), [_utc(2024, 1, 1, 10, 11, 12, 123456), _utc(1969, 12, 31, 23, 59, 59, 999999)]
+        spark, TimestampType(), [_utc("2024-01-01 10:11:12.123456"), _utc("1969-12-31 23:59:59.999999")]
     )
     assert_df_equality(actual_df, expected_df)
 
@@ -226,6 +227,7 @@ def test_micro_timestamp_becomes_the_utc_instant(spark: SparkSession) -> None:
 @pytest.fixture(params=["UTC", "America/Los_Angeles", "Asia/Kolkata"])
 def session_zone(spark: SparkSession, request: pytest.FixtureRequest) -> Iterator[str]:
     previous = spark.conf.get("spark.sql.session.timeZone")
+    assert previous is not None
     spark.conf.set("spark.sql.session.timeZone", request.param)
     try:
         yield str(request.param)
@@ -246,7 +248,7 @@ def test_micro_timestamp_keeps_the_raw_micros_in_any_session_zone(spark: SparkSe
 def test_millis_timestamp_becomes_the_utc_instant(spark: SparkSession) -> None:
     actual_df = _convert(spark, "io.debezium.time.Timestamp", "long", LongType(), [1704103872123])
 
-    expected_df = _typed_df(spark, TimestampType(), [_utc(2024, 1, 1, 10, 11, 12, 123000)])
+    expected_df = _typed_df(spark, TimestampType(), [_utc("2024-01-01 10:11:12.123000")])
     assert_df_equality(actual_df, expected_df)
 
 
@@ -257,9 +259,9 @@ def test_nano_timestamp_floors_to_the_microsecond_exactly(spark: SparkSession) -
     actual_df = _convert(spark, "io.debezium.time.NanoTimestamp", "long", LongType(), raw)
 
     expected_df = _typed_df(spark, TimestampType(), [
-        _utc(2024, 1, 1, 10, 11, 12, 123024),
-        _utc(2024, 1, 1, 10, 11, 12, 123456),
-        _utc(1969, 12, 31, 23, 59, 59, 999999),
+        _utc("2024-01-01 10:11:12.123024"),
+        _utc("2024-01-01 10:11:12.123456"),
+        _utc("1969-12-31 23:59:59.999999"),
     ])
     assert_df_equality(actual_df, expected_df)
     micros = [r[0] for r in actual_df.select(F.unix_micros("v")).orderBy("id").collect()]
@@ -271,7 +273,7 @@ def test_zoned_timestamp_iso_string_becomes_its_instant(spark: SparkSession) -> 
 
     actual_df = _convert(spark, "io.debezium.time.ZonedTimestamp", "string", StringType(), raw)
 
-    instant = _utc(2024, 1, 1, 10, 11, 12, 123456)
+    instant = _utc("2024-01-01 10:11:12.123456")
     expected_df = _typed_df(spark, TimestampType(), [instant, instant])
     assert_df_equality(actual_df, expected_df)
 
@@ -281,7 +283,7 @@ def test_null_semantic_value_stays_null(spark: SparkSession) -> None:
         spark, "io.debezium.time.MicroTimestamp", "long", LongType(), [None, 1704103872123456]
     )
 
-    expected_df = _typed_df(spark, TimestampType(), [None, _utc(2024, 1, 1, 10, 11, 12, 123456)])
+    expected_df = _typed_df(spark, TimestampType(), [None, _utc("2024-01-01 10:11:12.123456")])
     assert_df_equality(actual_df, expected_df)
 
 

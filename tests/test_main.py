@@ -1,0 +1,44 @@
+"""The entry point validates the config before Spark starts and names the bad key."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import LOCAL_CONF, ROOT
+
+
+def _run_main(conf: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "app" / "main.py"), "--conf", str(conf), "--available-now"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_unknown_key_exits_2_naming_the_key_before_spark(tmp_path: Path) -> None:
+    raw = yaml.safe_load(LOCAL_CONF.read_text())
+    raw["kafka"]["bootstrap_server"] = "typo:9092"
+    conf = tmp_path / "bad.yaml"
+    conf.write_text(yaml.safe_dump(raw))
+    out = _run_main(conf)
+    assert out.returncode == 2
+    assert "kafka.bootstrap_server" in out.stderr and "unknown key" in out.stderr
+    assert "SparkContext" not in out.stderr and "spark" not in out.stdout.lower()
+
+
+def test_wrong_type_exits_2_naming_the_key(tmp_path: Path) -> None:
+    raw = yaml.safe_load(LOCAL_CONF.read_text())
+    raw["registry"]["retries"] = "many"
+    conf = tmp_path / "bad.yaml"
+    conf.write_text(yaml.safe_dump(raw))
+    out = _run_main(conf)
+    assert out.returncode == 2
+    assert "registry.retries" in out.stderr
+
+
+def test_missing_file_exits_2(tmp_path: Path) -> None:
+    out = _run_main(tmp_path / "absent.yaml")
+    assert out.returncode == 2
+    assert "absent.yaml" in out.stderr
