@@ -8,10 +8,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 start=$SECONDS
 scripts/setup.sh
-started_here=0
-if ! scripts/stack.sh status | grep -q '^kafka *running'; then
-  started_here=1
-fi
+# Leave a stack the developer already runs as it is; stop only what this script starts.
+started_here=1
+status=$(scripts/stack.sh status)
+if grep -q '^kafka *running' <<<"$status"; then started_here=0; fi
 cleanup() { if [ "$started_here" = 1 ]; then scripts/stack.sh down; fi; }
 trap cleanup EXIT
 scripts/stack.sh up
