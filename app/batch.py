@@ -81,7 +81,8 @@ class BatchProcessor:
         """
         started = time.monotonic()
         spark = batch_df.sparkSession
-        query_id = spark.conf.get("spark.sql.streaming.queryId", None) or "batch"
+        # Structured Streaming sets the query id as a local property of the thread running the batch.
+        query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or "none"
         raw_df = batch_df.persist()
         try:
             self._process(raw_df, batch_id, query_id, started)

@@ -37,7 +37,18 @@ die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
 
 as_postgres() {
   # initdb and postgres refuse to run as root.
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+  if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
+}
+
+pg_dir() {
+  # PostgreSQL's files must be reachable by the postgres user. When the checkout sits below a directory that
+  # user cannot traverse (a mktemp -d clone, a private home), they live in the postgres user's home instead,
+  # under a name derived from this stack's directory; `reset` removes them all the same.
+  if [ "$(id -u)" != 0 ] || runuser -u postgres -- test -x "$STACK_DIR" 2>/dev/null; then
+    echo "$STACK_DIR/pg"
+  else
+    echo "$(getent passwd postgres | cut -d: -f6)/cdc-stack-$(printf %s "$STACK_DIR" | cksum | cut -d' ' -f1)"
+  fi
 }
 
 alive() { # alive NAME: the recorded pid runs
@@ -65,15 +76,17 @@ ensure_installed() {
 }
 
 start_postgres() {
-  local data=$STACK_DIR/pg/data run=$STACK_DIR/pg/run
+  local dir data run
+  dir=$(pg_dir); data=$dir/data; run=$dir/run
   if alive postgres; then log "postgres already running (pid $(cat "$PIDS/postgres.pid"))"; return; fi
-  mkdir -p "$STACK_DIR/pg" "$run" "$LOGS"
-  touch "$LOGS/postgres.log"
-  if [ "$(id -u)" = 0 ]; then chown -R postgres: "$STACK_DIR/pg" "$LOGS/postgres.log"; fi
+  mkdir -p "$dir" "$run" "$LOGS"
+  touch "$dir/postgres.log"
+  if [ "$(id -u)" = 0 ]; then chown -R postgres: "$dir"; fi
+  [ "$dir/postgres.log" -ef "$LOGS/postgres.log" ] || ln -sfn "$dir/postgres.log" "$LOGS/postgres.log"
   if [ ! -f "$data/PG_VERSION" ]; then
     as_postgres "$PG_BIN/initdb" -D "$data" -U "$PG_USER" --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
   fi
-  as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$LOGS/postgres.log" -w -t 60 \
+  as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$dir/postgres.log" -w -t 60 \
     -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$run -c wal_level=logical \
         -c max_wal_senders=30 -c max_replication_slots=30 -c max_connections=200" start >/dev/null
   head -1 "$data/postmaster.pid" > "$PIDS/postgres.pid"
@@ -197,7 +210,7 @@ stop_one() { # stop_one NAME
   pid=$(cat "$f")
   if kill -0 "$pid" 2>/dev/null; then
     if [ "$name" = postgres ]; then
-      as_postgres "$PG_BIN/pg_ctl" -D "$STACK_DIR/pg/data" -m fast -w stop >/dev/null || kill "$pid"
+      as_postgres "$PG_BIN/pg_ctl" -D "$(pg_dir)/data" -m fast -w stop >/dev/null || kill "$pid"
     else
       kill "$pid"
     fi
@@ -226,7 +239,7 @@ cmd_down() {
 
 cmd_reset() {
   cmd_down
-  rm -rf "$STACK_DIR/pg" "$STACK_DIR/kafka" "$STACK_DIR/connect" "$STACK_DIR/plugins" \
+  rm -rf "$(pg_dir)" "$STACK_DIR/pg" "$STACK_DIR/kafka" "$STACK_DIR/connect" "$STACK_DIR/plugins" \
     "$STACK_DIR/lake" "$STACK_DIR/checkpoints"
   log "state wiped under $STACK_DIR"
 }

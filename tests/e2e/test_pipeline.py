@@ -110,10 +110,13 @@ class Pipeline:
     spark: SparkSession
     config: JobConfig
     processor: BatchProcessor
+    query_id: str = ""
 
     def run(self) -> None:
         """One available-now run of the job: every offset present now, then stop."""
-        await_query(start_query(self.spark, self.config, self.processor, available_now=True), self.processor)
+        query = start_query(self.spark, self.config, self.processor, available_now=True)
+        self.query_id = str(query.id)
+        await_query(query, self.processor)
 
     def table_path(self, table: str) -> str:
         return f"{self.config.lake.silver_path}/{DATABASE}/{SCHEMA}_{table}"
@@ -237,6 +240,11 @@ def test_snapshot_and_first_changes(pipeline: Pipeline, pg_conn: psycopg.Connect
     settle(c, "phase-1")
     pipeline.run()
     assert_all_match(pipeline, c)
+    # Each commit records the batch and the streaming query in its extra metadata (replay detection later).
+    timeline = Path(pipeline.table_path("customers")) / ".hoodie" / "timeline"
+    latest_commit = max(timeline.glob("*_*.commit"))
+    content = latest_commit.read_bytes()
+    assert b"_cdc.batch_id" in content and pipeline.query_id.encode() in content
 
 
 def test_second_run_two_writer_schemas_in_one_batch(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
