@@ -42,7 +42,14 @@ from app.hudi import completed_instants
 from app.main import await_query, start_query
 from app.registry import RegistryClient
 from tests.conftest import RUN_ID
-from tests.support.cdc import KAFKA_BOOTSTRAP, PG_DSN, REGISTRY_URL, debezium_connector, read_topic
+from tests.support.cdc import (
+    KAFKA_BOOTSTRAP,
+    PG_DSN,
+    REGISTRY_URL,
+    debezium_connector,
+    job_config_for,
+    read_topic,
+)
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -140,19 +147,7 @@ def connector(pg_conn: psycopg.Connection) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def pipeline(spark: SparkSession, local_config: JobConfig, connector: None, test_dir: Path) -> Pipeline:
-    lake = test_dir / "e2e"
-    config = dataclasses.replace(
-        local_config,
-        kafka=dataclasses.replace(local_config.kafka, topic_pattern=PREFIX + r"\.[^.]+\.[^.]+"),
-        source=dataclasses.replace(local_config.source, topic_prefix=PREFIX),
-        lake=dataclasses.replace(
-            local_config.lake,
-            database=DATABASE,
-            silver_path=str(lake / "silver"),
-            bronze_path=str(lake / "bronze"),
-            checkpoint_path=str(lake / "checkpoint"),
-        ),
-    )
+    config = job_config_for(local_config, PREFIX, DATABASE, test_dir / "e2e")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
     return Pipeline(spark, config, processor)
 

@@ -1,7 +1,6 @@
 """Bad input stops the job with an error naming the record: undecodable body, unknown schema id, no framing."""
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from pathlib import Path
@@ -18,7 +17,7 @@ from app.errors import RegistryError, SchemaDecodeError
 from app.main import await_query, start_query
 from app.registry import RegistryClient
 from tests.conftest import RUN_ID
-from tests.support.cdc import KAFKA_BOOTSTRAP, REGISTRY_URL
+from tests.support.cdc import KAFKA_BOOTSTRAP, REGISTRY_URL, job_config_for
 
 pytestmark = pytest.mark.stack
 
@@ -54,13 +53,7 @@ def _framed(schema_id: int, schema: dict, record: dict) -> bytes:
 
 
 def _run_job(spark: SparkSession, local_config: JobConfig, prefix: str, lake: Path) -> None:
-    config = dataclasses.replace(
-        local_config,
-        kafka=dataclasses.replace(local_config.kafka, topic_pattern=prefix + r"\.[^.]+\.[^.]+"),
-        source=dataclasses.replace(local_config.source, topic_prefix=prefix),
-        lake=dataclasses.replace(local_config.lake, database=prefix, silver_path=str(lake / "silver"),
-                                 bronze_path=str(lake / "bronze"), checkpoint_path=str(lake / "checkpoint")),
-    )
+    config = job_config_for(local_config, prefix, prefix, lake)
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
     await_query(start_query(spark, config, processor, available_now=True), processor)
 
@@ -76,9 +69,7 @@ def poison_topic(stack: None, request: pytest.FixtureRequest) -> tuple[str, str,
     key = _framed(key_id, key_schema, {"id": 1})
     valid = _framed(value_id, value_schema, {"before": None, "after": {"id": 1}, "source": {"lsn": 10, "ts_ms": 1},
                                              "op": "c"})
-    producer = Producer({"bootstrap.servers": KAFKA_BOOTSTRAP})
-    producer.produce(topic, key=key, value=valid)
-    assert producer.flush(30) == 0
+    _produce(topic, key, valid)
     return prefix, topic, value_id, key, value_schema
 
 

@@ -1,15 +1,19 @@
 """Test helpers for the CDC path: a Debezium connector per test scope, and an independent Kafka reader."""
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
+from app.config import JobConfig
 from app.connect import ConnectClient, PostgresSource, postgres_connector_config
 
 REGISTRY_URL = "http://127.0.0.1:8080"
@@ -30,22 +34,24 @@ class KafkaRecord:
 
 
 @contextmanager
-def debezium_connector(name: str, topic_prefix: str, schemas: list[str]) -> Iterator[ConnectClient]:
+def debezium_connector(
+    name: str, topic_prefix: str, schemas: list[str], source: PostgresSource = SOURCE
+) -> Iterator[ConnectClient]:
     """Register a connector for `schemas`, wait until it runs; delete it and drop its slot afterwards."""
     client = ConnectClient(CONNECT_URL)
-    config = postgres_connector_config(name, SOURCE, topic_prefix, schemas, REGISTRY_URL)
+    config = postgres_connector_config(name, source, topic_prefix, schemas, REGISTRY_URL)
     client.put_connector(name, config)
     client.wait_running(name)
     try:
         yield client
     finally:
         client.delete_connector(name)
-        _drop_slot(config["slot.name"])
+        _drop_slot(config["slot.name"], source.dbname)
 
 
-def _drop_slot(slot: str, timeout_s: float = 30.0) -> None:
+def _drop_slot(slot: str, dbname: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+    with psycopg.connect(PG_DSN.replace("dbname=source", f"dbname={dbname}"), autocommit=True) as conn:
         while time.monotonic() < deadline:
             row = conn.execute("select active from pg_replication_slots where slot_name = %s", (slot,)).fetchone()
             if row is None:
@@ -117,3 +123,19 @@ def wait_for_records(topic: str, count: int, timeout_s: float = 60.0) -> list[Ka
     if len(records) < count:
         raise TimeoutError(f"{topic}: {len(records)} records after {timeout_s}s, expected >= {count}")
     return records
+
+
+def job_config_for(base: JobConfig, prefix: str, database: str, lake: Path) -> JobConfig:
+    """The local job config pointed at one connector's topics and a private lake, database and checkpoint."""
+    return dataclasses.replace(
+        base,
+        kafka=dataclasses.replace(base.kafka, topic_pattern=re.escape(prefix) + r"\.[^.]+\.[^.]+"),
+        source=dataclasses.replace(base.source, topic_prefix=prefix),
+        lake=dataclasses.replace(
+            base.lake,
+            database=database,
+            silver_path=str(lake / "silver"),
+            bronze_path=str(lake / "bronze"),
+            checkpoint_path=str(lake / "checkpoint"),
+        ),
+    )
