@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 )
 
 from app.batch import BatchProcessor
-from app.config import JobConfig
+from app.config import JobConfig, TriggerConfig
 from app.hudi import completed_instants
 from app.main import await_query, start_query
 from app.registry import RegistryClient
@@ -405,3 +405,19 @@ def test_silver_tables_queryable_by_name(pipeline: Pipeline, pg_conn: psycopg.Co
         (expected,) = pg_conn.execute(f"select count(*) from {SCHEMA}.{table}").fetchone() or (None,)
         assert count[0] == expected, table
 
+
+
+def test_continuous_trigger_processes_new_changes(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
+    """The default mode: a processing-time trigger that keeps running until stopped."""
+    config = dataclasses.replace(pipeline.config, trigger=TriggerConfig(processing_time="1 second"))
+    query = start_query(pipeline.spark, config, pipeline.processor, available_now=False)
+    try:
+        pg_conn.execute(f"update {SCHEMA}.customers set name = 'live' where id = 8")
+        settle(pg_conn, "phase-live")
+        query.processAllAvailable()
+        assert query.isActive
+    finally:
+        query.stop()
+    assert_matches_source(pipeline, pg_conn, "customers")
+    live = silver(pipeline, "customers").filter("id = 8").first()
+    assert live is not None and live["name"] == "live"
