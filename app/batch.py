@@ -4,8 +4,8 @@
 happen, and it takes any DataFrame with the Kafka source's columns (a Kafka micro-batch, or Bronze Parquet
 read back for a replay).
 
-Spark actions per batch: one small aggregate (writer schema ids and per-topic op counts), the Bronze write,
-one Hudi write per table present in the batch.
+Spark actions per batch: one small aggregate (writer schema ids and record counts per topic), the Bronze write,
+and per table present in the batch one count over its persisted decoded events and the Hudi write.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from app.unwrap import (
     DELETED_COL,
     LATEST_COL,
     filter_data_changes,
+    filter_latest,
     unwrap_envelope,
     with_debezium_types,
     with_latest_flag,
@@ -69,7 +70,8 @@ class BatchProcessor:
         self.config = config
         self.registry = registry
         self.tables = TableRegistry()
-        self.last_stats: dict[str, TableBatchStats] = {}
+        self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
+        self.history: list[dict[str, TableBatchStats]] = []  # every batch this processor wrote
         self.failure: PipelineError | None = None
 
     def process(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -80,6 +82,7 @@ class BatchProcessor:
             SinkWriteError: a Bronze or Hudi write failed.
         """
         started = time.monotonic()
+        self.failure = None
         spark = batch_df.sparkSession
         # Structured Streaming sets the query id as a local property of the thread running the batch.
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or "none"
@@ -107,6 +110,7 @@ class BatchProcessor:
         for table_plan in plans:
             self._write_table(table_plan, batch_id, query_id)
         self.last_stats = {p.stats.table: p.stats for p in plans}
+        self.history.append(self.last_stats)
         log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(plans), time.monotonic() - started)
 
     def plan_batch(self, raw_df: DataFrame) -> list[TablePlan]:
@@ -159,41 +163,60 @@ class BatchProcessor:
         stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids))
         stats.skipped = summary.tombstones
         if not summary.value_ids:  # only tombstones
-            return TablePlan(route, None, None, stats, summary)
-        record_key = self._record_key(route, summary.key_ids)
+            return TablePlan(route, None, None, None, stats, summary)
         topic_df = framed_df.filter(F.col("topic") == topic)
         changes = [self._decode_slice(topic_df, schema_id, topic) for schema_id in sorted(summary.value_ids)]
-        flagged_df = _union(changes).transform(with_latest_flag, record_key)
-        target = HudiTarget(
-            database=self.config.lake.database,
-            table=route.table,
-            path=f"{self.config.lake.silver_path.rstrip('/')}/{self.config.lake.database}/{route.table}",
-            record_key=tuple(record_key),
-            table_type=self.config.lake.table_type,
-        )
-        return TablePlan(route, target, flagged_df, stats, summary)
+        record_key = self._record_key(route, summary.key_ids)
+        target = None
+        if record_key is not None:
+            target = HudiTarget(
+                database=self.config.lake.database,
+                table=route.table,
+                path=self.config.lake.table_path(route.table),
+                record_key=record_key,
+                table_type=self.config.lake.table_type,
+            )
+        return TablePlan(route, record_key, _union(changes), target, stats, summary)
 
     def _write_table(self, plan: TablePlan, batch_id: int, query_id: str) -> None:
         started = time.monotonic()
         stats = plan.stats
-        if plan.target is not None and plan.flagged_df is not None:
-            try:
-                counts = _count(plan.flagged_df)
-                stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
-                # Rows that are neither tombstones nor data changes: truncate and logical-message events.
-                stats.skipped = plan.summary.rows_in - counts["events"]
-                stats.superseded = counts["events"] - stats.upserts - stats.deletes
-                write_silver(plan.latest_df(), plan.target, batch_id, query_id)
-            except (Py4JJavaError, CapturedException) as e:
-                decode_error = decode_error_from(e)
-                if decode_error is not None:
-                    raise decode_error from e
-                raise SinkWriteError(
-                    f"batch {batch_id}: Hudi write of {plan.target.qualified_name} failed: {java_root_cause(e)}"
-                ) from e
-            self.tables.ensure(plan.flagged_df.sparkSession, plan.target)
+        try:
+            if plan.events_df is not None and plan.target is None:
+                self._check_keyless(plan)
+            elif plan.events_df is not None and plan.target is not None:
+                # Persisted: the counts and the write read one decode of the batch, not two.
+                flagged_df = plan.flagged_df().persist()
+                try:
+                    counts = _count(flagged_df)
+                    stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
+                    # Rows that are neither tombstones nor data changes: truncate and logical-message events.
+                    stats.skipped = plan.summary.rows_in - counts["events"]
+                    stats.superseded = counts["events"] - stats.upserts - stats.deletes
+                    write_silver(filter_latest(flagged_df), plan.target, batch_id, query_id)
+                finally:
+                    flagged_df.unpersist()
+                self.tables.ensure(flagged_df.sparkSession, plan.target)
+        except (Py4JJavaError, CapturedException) as e:
+            decode_error = decode_error_from(e)
+            if decode_error is not None:
+                raise decode_error from e
+            raise SinkWriteError(
+                f"batch {batch_id}: Hudi write of {plan.route.qualified_name} failed: {java_root_cause(e)}"
+            ) from e
         stats.duration_s = time.monotonic() - started
         log.info("%s", stats.log_line(batch_id))
+
+    def _check_keyless(self, plan: TablePlan) -> None:
+        """No record in the batch had a key: fine for truncates and messages only, else the table has no key."""
+        assert plan.events_df is not None
+        if plan.events_df.limit(1).count():
+            route = plan.route
+            raise EnvelopeError(
+                f"{route.topic}: change events without a key (a table without a primary key?); "
+                f"set tables.{route.source_schema}.{route.source_table}.record_key"
+            )
+        plan.stats.skipped = plan.summary.rows_in
 
     def _decode_slice(self, topic_df: DataFrame, schema_id: int, topic: str) -> DataFrame:
         schema_json = self.registry.get_schema(schema_id)
@@ -209,19 +232,19 @@ class BatchProcessor:
             .transform(with_debezium_types, value_fields)
         )
 
-    def _record_key(self, route: TableRoute, key_ids: set[int]) -> list[str]:
-        """Record key: the configured override, else the fields of the Debezium key schema."""
+    def _record_key(self, route: TableRoute, key_ids: set[int]) -> tuple[str, ...] | None:
+        """Record key: the configured override, else the fields of the Debezium key schema.
+
+        None when no record of the batch has a key (truncate events only, or a table without a primary key).
+        """
         if route.record_key:
-            return list(route.record_key)
+            return route.record_key
         if not key_ids:
-            raise EnvelopeError(
-                f"{route.topic}: records have no framed key (a table without a primary key?); "
-                f"set tables.{route.source_schema}.{route.source_table}.record_key"
-            )
+            return None
         key_sets = {tuple(f["name"] for f in record_fields(self.registry.get_schema(i))) for i in sorted(key_ids)}
         if len(key_sets) > 1:
             raise EnvelopeError(f"{route.topic}: key schemas {sorted(key_ids)} disagree on fields {sorted(key_sets)}")
-        return list(key_sets.pop())
+        return key_sets.pop()
 
 
 @dataclass
@@ -235,18 +258,23 @@ class _TopicSummary:
 
 @dataclass
 class TablePlan:
-    """One table's share of a batch: where it goes and the lazy frame of flagged events."""
+    """One table's share of a batch: where it goes and the lazy frame of its change events."""
 
     route: TableRoute
-    target: HudiTarget | None  # None when the batch holds only tombstones for the table
-    flagged_df: DataFrame | None
+    record_key: tuple[str, ...] | None  # None when no record of the batch carries a key
+    events_df: DataFrame | None  # unwrapped c/r/u/d events; None when the batch holds only tombstones
+    target: HudiTarget | None  # None without events or without a key
     stats: TableBatchStats
     summary: _TopicSummary
 
+    def flagged_df(self) -> DataFrame:
+        """The events with the latest one per record key flagged."""
+        assert self.events_df is not None and self.record_key is not None
+        return self.events_df.transform(with_latest_flag, self.record_key)
+
     def latest_df(self) -> DataFrame:
         """The rows the Hudi upsert receives: the latest event per key, deletes flagged."""
-        assert self.flagged_df is not None
-        return self.flagged_df.filter(F.col(LATEST_COL)).drop(LATEST_COL)
+        return filter_latest(self.flagged_df())
 
 
 def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:

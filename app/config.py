@@ -63,6 +63,10 @@ class LakeConfig:
     checkpoint_path: str
     table_type: Literal["COPY_ON_WRITE"] = "COPY_ON_WRITE"
 
+    def table_path(self, table: str) -> str:
+        """Where a Silver table lives: <silver_path>/<database>/<table>."""
+        return f"{self.silver_path.rstrip('/')}/{self.database}/{table}"
+
 
 @dataclass(frozen=True)
 class MetastoreConfig:
@@ -199,20 +203,41 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     return value
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INTERVAL = re.compile(r"\d+(\.\d+)? (millisecond|second|minute|hour)s?")
+
+
 def _check_semantics(config: JobConfig) -> None:
     try:
         re.compile(config.kafka.topic_pattern)
     except re.error as e:
         raise ConfigError("kafka.topic_pattern", f"not a valid regular expression: {e}") from e
+    if not config.registry.url.startswith(("http://", "https://")):
+        raise ConfigError("registry.url", f"expected an http(s) URL, got {config.registry.url!r}")
     if config.registry.retries < 0:
         raise ConfigError("registry.retries", "must be >= 0")
     if config.registry.timeout_s <= 0:
         raise ConfigError("registry.timeout_s", "must be > 0")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", config.lake.database):
+    if config.registry.backoff_s < 0:
+        raise ConfigError("registry.backoff_s", "must be >= 0")
+    if config.kafka.max_offsets_per_trigger is not None and config.kafka.max_offsets_per_trigger < 1:
+        raise ConfigError("kafka.max_offsets_per_trigger", "must be >= 1 (leave it out for no limit)")
+    if not _INTERVAL.fullmatch(config.trigger.processing_time):
+        raise ConfigError(
+            "trigger.processing_time",
+            f"expected e.g. '30 seconds' or '2 minutes', got {config.trigger.processing_time!r}",
+        )
+    if config.metastore is not None and config.metastore.password_env not in os.environ:
+        raise ConfigError(
+            "metastore.password_env", f"environment variable {config.metastore.password_env} is not set"
+        )
+    if not _IDENTIFIER.fullmatch(config.lake.database):
         raise ConfigError("lake.database", f"not a valid database name: {config.lake.database!r}")
     for source_table, table in config.tables.items():
         if source_table.count(".") != 1:
             raise ConfigError(f"tables.{source_table}", "keys are '<schema>.<table>' of the source database")
+        if table.name is not None and not _IDENTIFIER.fullmatch(table.name):
+            raise ConfigError(f"tables.{source_table}.name", f"not a valid table name: {table.name!r}")
         if table.record_key is not None and not table.record_key:
             raise ConfigError(f"tables.{source_table}.record_key", "must list at least one column")
 

@@ -66,11 +66,11 @@ def _driver_for(jdbc_url: str) -> str:
 def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None) -> dict[str, str]:
     """Every Spark setting the job's session gets, in the order later entries override earlier ones."""
     conf: dict[str, str] = dict(HUDI_CONF)
-    conf["spark.sql.shuffle.partitions"] = "4"
     if spark.jars_dir:
         jars = jar_paths(spark.jars_dir)
-        # On the driver's system classpath: the metastore's JDBC driver must be visible to DataNucleus, and
-        # spark.jars ships the same jars to executors on a cluster.
+        # On the driver's system classpath, set before the JVM starts (pyspark launches it with this conf): the
+        # metastore's JDBC driver must be visible to DataNucleus. Under spark-submit use --jars and
+        # --driver-class-path instead (scripts/submit.sh).
         conf["spark.driver.extraClassPath"] = ":".join(jars)
         conf["spark.executor.extraClassPath"] = ":".join(jars)
     if metastore is not None:

@@ -127,6 +127,11 @@ def with_latest_flag(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
     return df.withColumn(LATEST_COL, F.row_number().over(order) == 1)
 
 
+def filter_latest(flagged_df: DataFrame) -> DataFrame:
+    """Keep the events with_latest_flag flagged, without the flag."""
+    return flagged_df.filter(F.col(LATEST_COL)).drop(LATEST_COL)
+
+
 def dedupe_latest(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
     """Keep only the latest event per record key (see with_latest_flag)."""
-    return df.transform(with_latest_flag, key_columns).filter(F.col(LATEST_COL)).drop(LATEST_COL)
+    return df.transform(with_latest_flag, key_columns).transform(filter_latest)

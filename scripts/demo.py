@@ -126,7 +126,7 @@ def report(config: JobConfig, conn: psycopg.Connection) -> bool:
         ok &= match
         print(f"{silver:<28}{pg_count:>10}{hudi_count:>10}  {'ok' if match else 'MISMATCH'}")
 
-    path = f"{config.lake.silver_path}/{config.lake.database}/ecomm_listing"
+    path = config.lake.table_path("ecomm_listing")
     instants = completed_instants(path)
     first = instants[0]
     before = spark.read.format("hudi").option("as.of.instant", first).load(path)

@@ -5,9 +5,9 @@
 #   Apicurio Registry 3.0 (SQL storage in the stack's PostgreSQL: it lives and dies with the Kafka data)
 #   Kafka Connect 3.9 (distributed, one worker) with the Debezium PostgreSQL connector + Apicurio converter
 #
-# usage: scripts/stack.sh up | down | reset | status
+# usage: scripts/stack.sh up | down [service...] | reset | status
 #   up      install what is missing, start what is not running, wait until each service answers
-#   down    stop the processes this script started (by pid), keep their state
+#   down    stop the processes this script started (by pid), keep their state; `down kafka` stops one
 #   reset   down, then wipe all state together: Kafka logs, Connect offsets, registry, databases,
 #           metastore, lake and checkpoints
 #   status  every endpoint and pid
@@ -51,9 +51,11 @@ pg_dir() {
   fi
 }
 
-alive() { # alive NAME: the recorded pid runs
-  local f=$PIDS/$1.pid
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+alive() { # alive NAME: the recorded pid runs and is still our java/postgres (a stale pid file may name another)
+  local f=$PIDS/$1.pid pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres'
 }
 
 wait_for() { # wait_for NAME SECONDS COMMAND...
@@ -66,8 +68,6 @@ wait_for() { # wait_for NAME SECONDS COMMAND...
   done
   log "$name ready after $((SECONDS - start))s"
 }
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 psql_admin() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -v ON_ERROR_STOP=1 -qAt "$@"; }
 
@@ -127,10 +127,12 @@ EOF
     java -cp "$DEPS/kafka/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.tools.StorageTool \
       format -t "$cluster_id" -c "$dir/server.properties" >> "$LOGS/kafka.log" 2>&1
   fi
+  local from
+  from=$(( $(wc -c < "$LOGS/kafka.log" 2>/dev/null || echo 0) + 1 ))  # only this start's lines count
   nohup java -Xms256m -Xmx"$HEAP" -Dlog4j.configuration="file:$dir/log4j.properties" \
     -cp "$DEPS/kafka/*" kafka.Kafka "$dir/server.properties" >> "$LOGS/kafka.log" 2>&1 &
   echo $! > "$PIDS/kafka.pid"
-  wait_for kafka 90 grep -q "Kafka Server started" "$LOGS/kafka.log"
+  wait_for kafka 90 bash -c "tail -c +$from '$LOGS/kafka.log' | grep -q 'Kafka Server started'"
 }
 
 write_log4j() {
@@ -233,14 +235,17 @@ cmd_up() {
   cmd_status
 }
 
-cmd_down() {
-  for name in connect registry kafka postgres; do stop_one "$name"; done
+cmd_down() { # cmd_down [NAME...]: the named services, or all, in reverse start order
+  local name
+  for name in connect registry kafka postgres; do
+    if [ $# -eq 0 ] || [[ " $* " == *" $name "* ]]; then stop_one "$name"; fi
+  done
 }
 
 cmd_reset() {
   cmd_down
   rm -rf "$(pg_dir)" "$STACK_DIR/pg" "$STACK_DIR/kafka" "$STACK_DIR/connect" "$STACK_DIR/plugins" \
-    "$STACK_DIR/lake" "$STACK_DIR/checkpoints"
+    "$STACK_DIR/lake" "$STACK_DIR/checkpoints" "$STACK_DIR/tests"
   log "state wiped under $STACK_DIR"
 }
 
@@ -263,7 +268,7 @@ cmd_status() {
 
 case "${1:-}" in
   up) cmd_up ;;
-  down) cmd_down ;;
+  down) shift; cmd_down "$@" ;;
   reset) cmd_reset ;;
   status) cmd_status ;;
   *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;

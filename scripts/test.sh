@@ -8,19 +8,21 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 start=$SECONDS
 scripts/setup.sh
-# Leave a stack the developer already runs as it is; stop only what this script starts.
-started_here=1
-status=$(scripts/stack.sh status)
-if grep -q '^kafka *running' <<<"$status"; then started_here=0; fi
+echo "[test] ruff"; .venv/bin/ruff check app scripts tests
+echo "[test] mypy"; .venv/bin/mypy
+# Services the developer already runs stay as they are; only those this script starts are stopped.
+running=$(scripts/stack.sh status | awk '$2 == "running" {print $1}')
+started=""
+for name in postgres kafka registry connect; do
+  grep -q -x -F "$name" <<<"$running" || started="$started $name"
+done
 cleanup() {
-  [ "$started_here" = 1 ] || return 0
+  [ -n "$started" ] || return 0
   # CI leaves nothing behind: its stack's state (some of it outside the clone) is wiped, not just stopped.
-  if [ "${CI:-}" = true ]; then scripts/stack.sh reset; else scripts/stack.sh down; fi
+  if [ "${CI:-}" = true ] && [ -z "$running" ]; then scripts/stack.sh reset; else scripts/stack.sh down $started; fi
 }
 trap cleanup EXIT
 scripts/stack.sh up
-echo "[test] ruff"; .venv/bin/ruff check app scripts tests
-echo "[test] mypy"; .venv/bin/mypy
 echo "[test] pytest"
 # Under a non-UTC zone on purpose: no conversion may depend on the machine's time zone.
 export TZ=America/Los_Angeles

@@ -14,11 +14,13 @@ from pathlib import Path
 import psycopg
 import pytest
 import requests
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig, load_config
 from app.spark import build_session
-from tests.support.cdc import CONNECT_URL, PG_DSN, REGISTRY_URL
+from tests.support.cdc import CONNECT_URL, KAFKA_BOOTSTRAP, PG_DSN, REGISTRY_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONF = ROOT / "conf" / "local.yaml"
@@ -37,7 +39,12 @@ def local_config() -> JobConfig:
 def spark(local_config: JobConfig) -> Iterator[SparkSession]:
     """The one SparkSession of the test run: local[2], Hudi/Kafka/Avro jars, the shared metastore."""
     conf = dict(local_config.spark.conf)
-    conf.update({"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    # The session zone differs from UTC as well as the JVM's (TZ): no conversion may depend on either.
+    conf.update({
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "America/Los_Angeles",
+    })
     spark_cfg = dataclasses.replace(local_config.spark, conf=conf)
     session = build_session("cdc-lakehouse-tests", spark_cfg, local_config.metastore)
     session.sparkContext.setLogLevel("ERROR")
@@ -53,12 +60,12 @@ def stack() -> None:
             requests.get(url, timeout=5).raise_for_status()
         except requests.RequestException as e:
             pytest.fail(f"local stack not up ({name} at {url}: {e}); run scripts/stack.sh up")
-
-
-@pytest.fixture
-def pg(stack: None) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        yield conn
+    try:
+        with psycopg.connect(PG_DSN, connect_timeout=5):
+            pass
+        AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP}).list_topics(timeout=5)
+    except (psycopg.Error, KafkaException) as e:
+        pytest.fail(f"local stack not up ({e}); run scripts/stack.sh up")
 
 
 @pytest.fixture(scope="session")

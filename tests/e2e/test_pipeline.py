@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,8 @@ from tests.support.cdc import (
     KAFKA_BOOTSTRAP,
     PG_DSN,
     REGISTRY_URL,
+    SILVER_EXTRA_COLUMNS,
+    as_silver_value,
     debezium_connector,
     job_config_for,
     read_topic,
@@ -74,11 +75,6 @@ EXPECTED_TYPES: dict[str, dict[str, DataType]] = {
     },
 }
 KEYS = {"customers": ["id"], "orders": ["order_id"], "order_lines": ["order_id", "line_no"]}
-METADATA_COLUMNS = (
-    "_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
-    "_hoodie_file_name", "_hoodie_is_deleted", "_cdc_op", "_cdc_lsn", "_cdc_source_ts_ms",
-    "_kafka_partition", "_kafka_offset",
-)
 
 DDL = f"""
 create schema {SCHEMA};
@@ -126,7 +122,7 @@ class Pipeline:
         await_query(query, self.processor)
 
     def table_path(self, table: str) -> str:
-        return f"{self.config.lake.silver_path}/{DATABASE}/{SCHEMA}_{table}"
+        return self.config.lake.table_path(f"{SCHEMA}_{table}")
 
 
 @pytest.fixture(scope="module")
@@ -176,15 +172,8 @@ def settle(conn: psycopg.Connection, label: str) -> None:
         time.sleep(2)
 
 
-def spark_value(value: Any) -> Any:
-    # Naive source timestamps are wall-clock times Debezium encodes as UTC; Silver holds that instant.
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 def silver(p: Pipeline, table: str) -> DataFrame:
-    return p.spark.read.format("hudi").load(p.table_path(table)).drop(*METADATA_COLUMNS)
+    return p.spark.read.format("hudi").load(p.table_path(table)).drop(*SILVER_EXTRA_COLUMNS)
 
 
 def assert_matches_source(p: Pipeline, conn: psycopg.Connection, table: str) -> None:
@@ -195,7 +184,7 @@ def assert_matches_source(p: Pipeline, conn: psycopg.Connection, table: str) -> 
     columns = list(types)
     rows = conn.execute(f"select {', '.join(columns)} from {SCHEMA}.{table}").fetchall()
     schema = StructType([StructField(name, t, True) for name, t in types.items()])
-    expected = p.spark.createDataFrame([tuple(spark_value(v) for v in row) for row in rows], schema)
+    expected = p.spark.createDataFrame([tuple(as_silver_value(v) for v in row) for row in rows], schema)
     keys = KEYS[table]
     assert_df_equality(
         actual.select(columns).orderBy(*keys), expected.orderBy(*keys), ignore_nullable=True

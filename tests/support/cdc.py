@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from app.config import JobConfig
 from app.connect import ConnectClient, PostgresSource, postgres_connector_config
+from app.unwrap import CDC_COLUMNS
 
 REGISTRY_URL = "http://127.0.0.1:8080"
 CONNECT_URL = "http://127.0.0.1:8083"
@@ -123,6 +125,22 @@ def wait_for_records(topic: str, count: int, timeout_s: float = 60.0) -> list[Ka
     if len(records) < count:
         raise TimeoutError(f"{topic}: {len(records)} records after {timeout_s}s, expected >= {count}")
     return records
+
+
+# Columns Silver adds to the source's: Hudi's metadata and the pipeline's own; left out of comparisons.
+HUDI_META_COLUMNS = (
+    "_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path",
+    "_hoodie_file_name",
+)
+SILVER_EXTRA_COLUMNS = HUDI_META_COLUMNS + CDC_COLUMNS
+
+
+def as_silver_value(value: Any) -> Any:
+    """A psycopg value as Silver holds it: naive source timestamps are wall-clock times that Debezium encodes
+    as UTC, so Silver holds that UTC instant."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
 
 
 def job_config_for(base: JobConfig, prefix: str, database: str, lake: Path) -> JobConfig:
