@@ -19,7 +19,7 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.utils import CapturedException
+from pyspark.sql.utils import AnalysisException, CapturedException
 
 from app.bronze import write_bronze
 from app.config import JobConfig
@@ -176,7 +176,13 @@ class BatchProcessor:
                 record_key=record_key,
                 table_type=self.config.lake.table_type,
             )
-        return TablePlan(route, record_key, _union(changes), target, stats, summary)
+        try:
+            events_df = _union(changes)
+        except AnalysisException as e:
+            raise EnvelopeError(
+                f"{topic}: writer schemas {sorted(summary.value_ids)} in one batch disagree on column types: {e}"
+            ) from e
+        return TablePlan(route, record_key, events_df, target, stats, summary)
 
     def _write_table(self, plan: TablePlan, batch_id: int, query_id: str) -> None:
         started = time.monotonic()
