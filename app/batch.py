@@ -24,19 +24,29 @@ from pyspark.sql.utils import AnalysisException, CapturedException
 from app.bronze import write_bronze
 from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
+from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, table_exists, with_ledger_verdict
 from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
 from app.framing import with_framing
 from app.hudi import HudiTarget, TableRegistry, write_silver
+from app.position import connector_kind
 from app.registry import RegistryClient
 from app.route import TableRoute, route_topic
+from app.types import placeholder_tests, reader_schema, with_debezium_types
+from app.unavailable import filter_current_rows, has_unavailable, unresolved_toast, with_current_rows
 from app.unwrap import (
     DELETED_COL,
+    INTERNAL_COLUMNS,
     LATEST_COL,
+    OP_COL,
+    OP_DELETE,
+    SOFT_DELETED_COL,
+    UNAVAILABLE_COL,
     filter_data_changes,
     filter_latest,
     unwrap_envelope,
-    with_debezium_types,
+    with_carried_values,
     with_latest_flag,
+    with_soft_deletes,
 )
 
 log = logging.getLogger(__name__)
@@ -52,6 +62,8 @@ class TableBatchStats:
     deletes: int = 0
     skipped: int = 0
     superseded: int = 0
+    blocked: int = 0
+    unresolved: int = 0
     schema_ids: list[int] = field(default_factory=list)
     duration_s: float = 0.0
 
@@ -59,6 +71,7 @@ class TableBatchStats:
         return (
             f"batch={batch_id} table={self.table} rows_in={self.rows_in} upserts={self.upserts} "
             f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
+            f"blocked={self.blocked} unresolved={self.unresolved} "
             f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
         )
 
@@ -165,7 +178,7 @@ class BatchProcessor:
         if not summary.value_ids:  # only tombstones
             return TablePlan(route, None, None, None, stats, summary)
         topic_df = framed_df.filter(F.col("topic") == topic)
-        changes = [self._decode_slice(topic_df, schema_id, topic) for schema_id in sorted(summary.value_ids)]
+        slices = [self._decode_slice(topic_df, schema_id, topic) for schema_id in sorted(summary.value_ids)]
         record_key = self._record_key(route, summary.key_ids)
         target = None
         if record_key is not None:
@@ -175,34 +188,28 @@ class BatchProcessor:
                 path=self.config.lake.table_path(route.table),
                 record_key=record_key,
                 table_type=self.config.lake.table_type,
+                delete_mode=route.delete_mode,
             )
         try:
-            events_df = _union(changes)
+            events_df = _union(s.events_df for s in slices)
         except AnalysisException as e:
             raise EnvelopeError(
                 f"{topic}: writer schemas {sorted(summary.value_ids)} in one batch disagree on column types: {e}"
             ) from e
-        return TablePlan(route, record_key, events_df, target, stats, summary)
+        carry = sorted({c for s in slices for c in s.placeholder_columns})
+        if target is not None and target.delete_mode == "soft":
+            value_columns = list(dict.fromkeys(c for s in slices for c in s.value_columns))
+            events_df = events_df.transform(with_soft_deletes, target.record_key, value_columns)
+            carry = [c for c in value_columns if c not in target.record_key]
+        return TablePlan(route, record_key, events_df, target, stats, summary, tuple(carry))
 
     def _write_table(self, plan: TablePlan, batch_id: int, query_id: str) -> None:
         started = time.monotonic()
-        stats = plan.stats
         try:
             if plan.events_df is not None and plan.target is None:
                 self._check_keyless(plan)
             elif plan.events_df is not None and plan.target is not None:
-                # Persisted: the counts and the write read one decode of the batch, not two.
-                flagged_df = plan.flagged_df().persist()
-                try:
-                    counts = _count(flagged_df)
-                    stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
-                    # Rows that are neither tombstones nor data changes: truncate and logical-message events.
-                    stats.skipped = plan.summary.rows_in - counts["events"]
-                    stats.superseded = counts["events"] - stats.upserts - stats.deletes
-                    write_silver(filter_latest(flagged_df), plan.target, batch_id, query_id)
-                finally:
-                    flagged_df.unpersist()
-                self.tables.ensure(flagged_df.sparkSession, plan.target)
+                self._write_events(plan, plan.target, batch_id, query_id)
         except (Py4JJavaError, CapturedException) as e:
             decode_error = decode_error_from(e)
             if decode_error is not None:
@@ -210,8 +217,61 @@ class BatchProcessor:
             raise SinkWriteError(
                 f"batch {batch_id}: Hudi write of {plan.route.qualified_name} failed: {java_root_cause(e)}"
             ) from e
-        stats.duration_s = time.monotonic() - started
-        log.info("%s", stats.log_line(batch_id))
+        plan.stats.duration_s = time.monotonic() - started
+        log.info("%s", plan.stats.log_line(batch_id))
+
+    def _write_events(self, plan: TablePlan, target: HudiTarget, batch_id: int, query_id: str) -> None:
+        """One table's share of the batch: fill unavailable values, judge against the delete ledger, count,
+        upsert into Silver, then record deletes in the ledger."""
+        assert plan.events_df is not None
+        spark = plan.events_df.sparkSession
+        stats = plan.stats
+        keys = target.record_key
+        # Persisted: every step below (and the counts) reads one decode of the batch, not several.
+        events_df = plan.events_df.persist()
+        judged_df = None
+        try:
+            with_history = events_df
+            if plan.carry_columns and has_unavailable(events_df) and table_exists(spark, target.path):
+                current_df = spark.read.format("hudi").load(target.path)
+                with_history = with_current_rows(events_df, current_df, keys)
+            flagged_df = (
+                with_history.transform(with_carried_values, keys, plan.carry_columns)
+                .transform(filter_current_rows)
+                .transform(with_latest_flag, keys)
+            )
+            ledger_df = read_ledger(spark, target.ledger.path, keys) if target.delete_mode == "hard" else None
+            judged_df = with_ledger_verdict(flagged_df, ledger_df, keys).persist()
+            counts = _count(judged_df)
+            stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
+            stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
+            # Rows that are neither tombstones nor data changes: truncate and logical-message events.
+            stats.skipped = plan.summary.rows_in - counts["events"]
+            stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
+            if stats.unresolved:
+                self._warn_unresolved(judged_df, plan)
+            latest, blocked = F.col(LATEST_COL), F.col(BLOCKED_COL)
+            rows_df = judged_df.filter(latest & ~blocked).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
+            write_silver(rows_df, target, batch_id, query_id)
+            if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
+                write_silver(ledger_changes(judged_df, keys), target.ledger, batch_id, query_id)
+        finally:
+            events_df.unpersist()
+            if judged_df is not None:
+                judged_df.unpersist()
+        self.tables.ensure(spark, target)
+
+    def _warn_unresolved(self, judged_df: DataFrame, plan: TablePlan) -> None:
+        assert plan.record_key is not None
+        sample = unresolved_toast(judged_df.filter(F.col(LATEST_COL))).select(
+            *plan.record_key, UNAVAILABLE_COL
+        ).limit(5).collect()
+        log.warning(
+            "%s: %d upserts carry Debezium's unavailable-value placeholder and no earlier version of their key is "
+            "known (a primary-key change of a row with TOASTed values?); those columns are written as null. "
+            "First keys: %s",
+            plan.route.qualified_name, plan.stats.unresolved, [r.asDict() for r in sample],
+        )
 
     def _check_keyless(self, plan: TablePlan) -> None:
         """No record in the batch had a key: fine for truncates and messages only, else the table has no key."""
@@ -224,19 +284,27 @@ class BatchProcessor:
             )
         plan.stats.skipped = plan.summary.rows_in
 
-    def _decode_slice(self, topic_df: DataFrame, schema_id: int, topic: str) -> DataFrame:
+    def _decode_slice(self, topic_df: DataFrame, schema_id: int, topic: str) -> _Slice:
         schema_json = self.registry.get_schema(schema_id)
         try:
             value_fields = _value_fields(schema_json)
+            source_fields = [f["name"] for f in record_fields(schema_json, "source")]
         except ValueError as e:
             raise EnvelopeError(f"{topic}: writer schema {schema_id} is not a Debezium envelope: {e}") from e
+        try:
+            connector = connector_kind(source_fields)
+        except EnvelopeError as e:
+            raise EnvelopeError(f"{topic}: writer schema {schema_id}: {e}") from e
+        placeholders = placeholder_tests(value_fields, schema_json)
+        value_columns = [f["name"] for f in value_fields]
         slice_df = topic_df.filter(F.col("value_schema_id") == schema_id)
-        return (
-            decode_value(slice_df, schema_json)
+        events_df = (
+            decode_value(slice_df, reader_schema(schema_json))
             .transform(filter_data_changes)
-            .transform(unwrap_envelope, [f["name"] for f in value_fields])
-            .transform(with_debezium_types, value_fields)
+            .transform(unwrap_envelope, value_columns, connector, placeholders)
+            .transform(with_debezium_types, value_fields, schema_json)
         )
+        return _Slice(events_df, tuple(value_columns), tuple(placeholders))
 
     def _record_key(self, route: TableRoute, key_ids: set[int]) -> tuple[str, ...] | None:
         """Record key: the configured override, else the fields of the Debezium key schema.
@@ -262,6 +330,15 @@ class _TopicSummary:
     value_ids: set[int] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class _Slice:
+    """The events of one writer schema id of a topic."""
+
+    events_df: DataFrame
+    value_columns: tuple[str, ...]
+    placeholder_columns: tuple[str, ...]  # columns that can carry Debezium's unavailable-value placeholder
+
+
 @dataclass
 class TablePlan:
     """One table's share of a batch: where it goes and the lazy frame of its change events."""
@@ -272,15 +349,19 @@ class TablePlan:
     target: HudiTarget | None  # None without events or without a key
     stats: TableBatchStats
     summary: _TopicSummary
+    carry_columns: tuple[str, ...] = ()  # columns an event may leave out (app/unavailable.py)
 
     def flagged_df(self) -> DataFrame:
-        """The events with the latest one per record key flagged."""
+        """The events, unavailable values carried within the batch, the latest one per record key flagged."""
         assert self.events_df is not None and self.record_key is not None
-        return self.events_df.transform(with_latest_flag, self.record_key)
+        return (
+            self.events_df.transform(with_carried_values, self.record_key, self.carry_columns)
+            .transform(with_latest_flag, self.record_key)
+        )
 
     def latest_df(self) -> DataFrame:
-        """The rows the Hudi upsert receives: the latest event per key, deletes flagged."""
-        return filter_latest(self.flagged_df())
+        """The latest event per key, as the Hudi upsert receives it when no delete ledger applies."""
+        return filter_latest(self.flagged_df()).drop(*INTERNAL_COLUMNS)
 
 
 def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
@@ -291,16 +372,22 @@ def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
         return record_fields(envelope_schema_json, "after")
 
 
-def _count(flagged_df: DataFrame) -> dict[str, int]:
-    """Events, and upserts/deletes among the latest rows: one aggregate over the flagged events."""
-    latest, deleted = F.col(LATEST_COL), F.col(DELETED_COL)
-    row = flagged_df.agg(
+def _count(judged_df: DataFrame) -> dict[str, int]:
+    """Events, and among the latest per key: upserts, deletes, blocked, re-inserts, unresolved. One aggregate."""
+    latest, deleted, blocked = F.col(LATEST_COL), F.col(DELETED_COL), F.col(BLOCKED_COL)
+    if SOFT_DELETED_COL in judged_df.columns:
+        deleted = deleted | F.col(SOFT_DELETED_COL)
+    row = judged_df.agg(
         F.count(F.lit(1)).alias("events"),
-        F.count(F.when(latest & ~deleted, 1)).alias("upserts"),
+        F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
         F.count(F.when(latest & deleted, 1)).alias("deletes"),
+        F.count(F.when(latest & blocked, 1)).alias("blocked"),
+        F.count(F.when(latest & F.col(REINSERT_COL), 1)).alias("reinserts"),
+        F.count(F.when(latest & (F.col(OP_COL) != OP_DELETE) & (F.size(UNAVAILABLE_COL) > 0), 1))
+        .alias("unresolved"),
     ).first()
     assert row is not None  # a global aggregate always returns one row
-    return {"events": row["events"], "upserts": row["upserts"], "deletes": row["deletes"]}
+    return row.asDict()
 
 
 def _union(frames: Iterable[DataFrame]) -> DataFrame:

@@ -19,6 +19,8 @@ import yaml
 from app.errors import ConfigError
 
 FRAMING_CONFLUENT: Final = "confluent"  # 0x00 + 4-byte big-endian schema id + Avro body
+# hard: a delete removes the row (its position kept in the table's delete ledger); soft: the row stays, flagged.
+DeleteMode = Literal["hard", "soft"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class TableConfig:
 
     name: str | None = None
     record_key: list[str] | None = None
+    delete_mode: DeleteMode | None = None  # unset: lake.delete_mode
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class LakeConfig:
     bronze_path: str
     checkpoint_path: str
     table_type: Literal["COPY_ON_WRITE"] = "COPY_ON_WRITE"
+    delete_mode: DeleteMode = "hard"
 
     def table_path(self, table: str) -> str:
         """Where a Silver table lives: <silver_path>/<database>/<table>."""

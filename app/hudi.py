@@ -7,7 +7,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from app.unwrap import DELETED_COL, LSN_COL
+from app.position import POSITION_COL
+from app.unwrap import DELETED_COL
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,22 @@ class HudiTarget:
     path: str
     record_key: tuple[str, ...]
     table_type: str = "COPY_ON_WRITE"
+    delete_mode: str = "hard"
 
     @property
     def qualified_name(self) -> str:
         return f"{self.database}.{self.table}"
+
+    @property
+    def ledger(self) -> HudiTarget:
+        """The hard-delete ledger of this table (app/deletes.py): beside it, never in the catalog."""
+        parent, _, name = self.path.rstrip("/").rpartition("/")
+        return HudiTarget(
+            database=self.database,
+            table=f"{name}_cdc_delete_ledger",
+            path=f"{parent}/_cdc_delete_ledger/{name}",
+            record_key=self.record_key,
+        )
 
 
 def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str, str]:
@@ -40,8 +53,9 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
         # Non-partitioned tables in this release; this generator also handles composite keys.
         "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
         "hoodie.datasource.write.partitionpath.field": "",
-        # An older event never overwrites a newer one: the merge compares the source LSN.
-        "hoodie.datasource.write.precombine.field": LSN_COL,
+        # An older event never overwrites a newer one: the merge compares the source position (a string that
+        # sorts in source order, app/position.py).
+        "hoodie.datasource.write.precombine.field": POSITION_COL,
         "hoodie.write.record.merge.mode": "EVENT_TIME_ORDERING",
         "hoodie.datasource.write.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
         # A batch written with an older writer schema than the table's fills the newer columns with null.
@@ -56,8 +70,8 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
 
 def write_silver(rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str) -> None:
     """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table."""
-    if DELETED_COL not in rows_df.columns or LSN_COL not in rows_df.columns:
-        raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{LSN_COL}")
+    if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
+        raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
     rows_df.write.format("hudi").options(**write_options(target, batch_id, query_id)).mode("append").save(
         target.path
     )

@@ -15,6 +15,7 @@ class TableRoute:
     database: str
     table: str
     record_key: tuple[str, ...] | None
+    delete_mode: str = "hard"
 
     @property
     def qualified_name(self) -> str:
@@ -40,4 +41,5 @@ def route_topic(topic: str, config: JobConfig) -> TableRoute:
         database=config.lake.database,
         table=override.name or f"{schema}_{table}",
         record_key=tuple(override.record_key) if override.record_key else None,
+        delete_mode=override.delete_mode or config.lake.delete_mode,
     )

@@ -22,6 +22,20 @@ HUDI_CONF = {
     "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
 }
 
+# Settings the lake's correctness depends on, not tuning (README "Column types"):
+LAKE_CONF = {
+    # A PostgreSQL array holding a NULL element fails a Hudi write with the old Avro list structure (insert:
+    # "Array contains a null element", merge: parquet's ArrayIndexOutOfBoundsException). Set before a table's
+    # first write: a table written with the old structure keeps it in its files.
+    "spark.hadoop.parquet.avro.write-old-list-structure": "false",
+    # Dates before 1582-10-15 and timestamps before 1900 (and the 0001-01-01 that -infinity maps to) are
+    # written in the proleptic Gregorian calendar; read them as written, not rebased from the Julian one.
+    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+}
+
 
 def jar_paths(jars_dir: str | Path) -> list[str]:
     """Absolute paths of every jar in jars_dir, sorted.
@@ -65,7 +79,7 @@ def _driver_for(jdbc_url: str) -> str:
 
 def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None) -> dict[str, str]:
     """Every Spark setting the job's session gets, in the order later entries override earlier ones."""
-    conf: dict[str, str] = dict(HUDI_CONF)
+    conf: dict[str, str] = {**HUDI_CONF, **LAKE_CONF}
     if spark.jars_dir:
         jars = jar_paths(spark.jars_dir)
         # On the driver's system classpath, set before the JVM starts (pyspark launches it with this conf): the

@@ -1,55 +1,59 @@
-"""Debezium envelope unwrap, semantic type mapping and in-batch ordering. Pure DataFrame -> DataFrame steps.
+"""Debezium envelope unwrap and in-batch ordering. Pure DataFrame -> DataFrame steps.
 
     decoded envelope --filter_data_changes--> c/r/u/d only
-                     --unwrap_envelope-----> row image + _cdc_* columns + _hoodie_is_deleted
-                     --with_debezium_types-> Spark date/timestamp for Debezium's connect.name types
-                     --dedupe_latest-------> one row per record key: the highest (LSN, Kafka offset)
+                     --unwrap_envelope-----> row image + _cdc_* columns + _hoodie_is_deleted, the ordering
+                                             string (app/position.py), and the columns whose value the event
+                                             does not carry (_cdc_unavailable: TOAST placeholders, nulled)
+                     --with_debezium_types-> faithful Spark types (app/types.py)
+                     --with_soft_deletes---> soft-delete tables only: deletes become flagged rows that keep
+                                             their values (every non-key column unavailable)
+      (the slices of one table are unioned here; app/unavailable.py may add the table's current rows)
+                     --with_carried_values-> an unavailable column takes the key's previous value
+                     --with_latest_flag----> the latest event per record key: the highest position, then offset
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from app.errors import EnvelopeError
+from app.position import POSITION_COL, position_column
 
-OP_CREATE = "c"
-OP_READ = "r"  # snapshot read
-OP_UPDATE = "u"
-OP_DELETE = "d"
-OP_TRUNCATE = "t"
-OP_MESSAGE = "m"
+OP_CREATE: Final = "c"
+OP_READ: Final = "r"  # snapshot read
+OP_UPDATE: Final = "u"
+OP_DELETE: Final = "d"
+OP_TRUNCATE: Final = "t"
+OP_MESSAGE: Final = "m"
 DATA_OPS = (OP_CREATE, OP_READ, OP_UPDATE, OP_DELETE)
 SKIPPED_OPS = (OP_TRUNCATE, OP_MESSAGE)
 
 # Columns the pipeline adds to every Silver row.
-OP_COL = "_cdc_op"
-LSN_COL = "_cdc_lsn"  # the Hudi precombine/ordering field
-SOURCE_TS_COL = "_cdc_source_ts_ms"
-PARTITION_COL = "_kafka_partition"
-OFFSET_COL = "_kafka_offset"
-DELETED_COL = "_hoodie_is_deleted"
-CDC_COLUMNS = (OP_COL, LSN_COL, SOURCE_TS_COL, PARTITION_COL, OFFSET_COL, DELETED_COL)
+OP_COL: Final = "_cdc_op"
+SOURCE_TS_COL: Final = "_cdc_source_ts_ms"
+PARTITION_COL: Final = "_kafka_partition"
+OFFSET_COL: Final = "_kafka_offset"
+DELETED_COL: Final = "_hoodie_is_deleted"  # Hudi removes the record: hard deletes
+CDC_COLUMNS = (OP_COL, POSITION_COL, SOURCE_TS_COL, PARTITION_COL, OFFSET_COL, DELETED_COL)
+# Soft-delete tables only: the row stays, flagged, with the source time of its delete.
+SOFT_DELETED_COL: Final = "_cdc_deleted"
+SOFT_DELETED_AT_COL: Final = "_cdc_deleted_at"
+SOFT_DELETE_COLUMNS = (SOFT_DELETED_COL, SOFT_DELETED_AT_COL)
 
+# Internal, never written: the value columns an event does not carry (their value comes from the key's
+# previous version), and the flag of the latest event per key.
+UNAVAILABLE_COL: Final = "_cdc_unavailable"
+LATEST_COL: Final = "_cdc_is_latest"
+INTERNAL_COLUMNS = (UNAVAILABLE_COL, LATEST_COL)
 
-def _floor_div_1000(c: Column) -> Column:
-    # `/` on a long divides as a double, off by up to ~128 ns at today's epoch: divide exactly in decimal.
-    return F.floor(c.cast("decimal(20,0)") / 1000).cast("long")
+# The value Debezium's PostgreSQL connector sends for a TOASTed column an UPDATE left untouched
+# (`unavailable.value.placeholder`, default below).
+UNAVAILABLE_PLACEHOLDER: Final = "__debezium_unavailable_value"
 
-
-# Debezium semantic types arrive as plain Avro ints/longs/strings tagged with connect.name.
-# Naive source timestamps (no zone) follow Debezium's own convention: wall-clock time encoded as if UTC,
-# stored as the Spark timestamp of that UTC instant (independent of the JVM's and the session's zone).
-CONVERSIONS: dict[str, Callable[[Column], Column]] = {
-    "io.debezium.time.Date": lambda c: F.date_add(F.lit("1970-01-01").cast("date"), c),
-    "io.debezium.time.Timestamp": F.timestamp_millis,
-    "io.debezium.time.MicroTimestamp": F.timestamp_micros,
-    "io.debezium.time.NanoTimestamp": lambda c: F.timestamp_micros(_floor_div_1000(c)),
-    "io.debezium.time.ZonedTimestamp": F.to_timestamp,
-    "org.apache.kafka.connect.data.Date": lambda c: c,  # real Avro logicalType date: already a Spark date
-}
+PlaceholderTest = Callable[[Column], Column]
 
 
 def filter_tombstones(df: DataFrame) -> DataFrame:
@@ -62,15 +66,23 @@ def filter_data_changes(df: DataFrame) -> DataFrame:
     return df.filter(F.col("envelope.op").isin(*DATA_OPS))
 
 
-def unwrap_envelope(df: DataFrame, value_columns: Sequence[str]) -> DataFrame:
-    """Flatten each change event into its row image plus ordering and delete columns.
+def unwrap_envelope(
+    df: DataFrame,
+    value_columns: Sequence[str],
+    connector: str,
+    placeholders: Mapping[str, PlaceholderTest] | None = None,
+) -> DataFrame:
+    """Flatten each change event into its row image plus ordering, delete and availability columns.
 
     Upserts take `after`; deletes take `before` (which, without REPLICA IDENTITY FULL, holds only the key
-    columns: the rest become null in the delete row, which Hudi drops anyway).
+    columns: the rest become null in the delete row, which a hard delete drops anyway).
 
     Args:
         df: rows with `envelope` (decoded Debezium Envelope), `partition`, `offset`.
         value_columns: the Value record's field names, in writer-schema order.
+        connector: which connector's source position to read (app/position.py `connector_kind`).
+        placeholders: per column that can hold Debezium's unavailable-value placeholder, the test for it. A
+            column holding the placeholder becomes null and is listed in `_cdc_unavailable`.
     Raises:
         EnvelopeError: the envelope lacks before/after/op/source.
     """
@@ -78,52 +90,96 @@ def unwrap_envelope(df: DataFrame, value_columns: Sequence[str]) -> DataFrame:
     missing = {"before", "after", "op", "source"} - envelope_fields
     if missing:
         raise EnvelopeError(f"not a Debezium envelope: missing {sorted(missing)} in {sorted(envelope_fields)}")
+    placeholders = {name: test for name, test in (placeholders or {}).items() if name in value_columns}
     is_delete = F.col("envelope.op") == OP_DELETE
     image = F.when(is_delete, F.col("envelope.before")).otherwise(F.col("envelope.after"))
+    unavailable = {name: F.coalesce(test(image[name]), F.lit(False)) for name, test in placeholders.items()}
+    columns = [
+        F.when(unavailable[name], F.lit(None)).otherwise(image[name]).alias(name) if name in unavailable
+        else image[name].alias(name)
+        for name in value_columns
+    ]
     return df.select(
-        *[image[name].alias(name) for name in value_columns],
+        *columns,
         F.col("envelope.op").alias(OP_COL),
-        F.col("envelope.source.lsn").cast("long").alias(LSN_COL),
+        position_column(F.col("envelope.source"), connector).alias(POSITION_COL),
         F.col("envelope.source.ts_ms").alias(SOURCE_TS_COL),
         F.col("partition").alias(PARTITION_COL),
         F.col("offset").alias(OFFSET_COL),
         is_delete.alias(DELETED_COL),
+        _names_where(unavailable).alias(UNAVAILABLE_COL),
     )
 
 
-def with_debezium_types(df: DataFrame, value_fields: Sequence[dict[str, Any]]) -> DataFrame:
-    """Map Debezium semantic types (by the writer schema's connect.name) to Spark types.
+def _names_where(flags: Mapping[str, Column]) -> Column:
+    """An array<string> of the names whose flag is true."""
+    if not flags:
+        return F.array().cast("array<string>")
+    return F.filter(
+        F.array(*[F.when(flag, F.lit(name)) for name, flag in flags.items()]), lambda x: x.isNotNull()
+    )
+
+
+def with_soft_deletes(df: DataFrame, key_columns: Sequence[str], value_columns: Sequence[str]) -> DataFrame:
+    """Soft-delete tables: a delete keeps the row, flagged `_cdc_deleted` with its source time.
+
+    A delete's before image may hold only the key (default replica identity), so every non-key column is
+    listed unavailable: it keeps the key's previous value (app/unavailable.py), and falls back to the before
+    image only when no previous version is known.
+    """
+    deleted = F.col(DELETED_COL)
+    non_key = [c for c in value_columns if c not in key_columns]
+    return df.select(
+        *[F.col(c) for c in df.columns if c not in (DELETED_COL, UNAVAILABLE_COL)],
+        F.lit(False).alias(DELETED_COL),
+        F.when(deleted, F.array(*[F.lit(c) for c in non_key]).cast("array<string>"))
+        .otherwise(F.col(UNAVAILABLE_COL)).alias(UNAVAILABLE_COL),
+        deleted.alias(SOFT_DELETED_COL),
+        F.when(deleted, F.timestamp_millis(F.col(SOURCE_TS_COL))).alias(SOFT_DELETED_AT_COL),
+    )
+
+
+def _source_order(key_columns: Sequence[str]) -> WindowSpec:
+    return Window.partitionBy(*key_columns).orderBy(F.col(POSITION_COL), F.col(OFFSET_COL))
+
+
+def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequence[str]) -> DataFrame:
+    """Give each unavailable column the value of the key's previous version, in source order.
+
+    The previous version is the latest earlier event of the key that carries the column (the batch's own
+    events, and the table's current row when app/unavailable.py added it). A column still unavailable after
+    this (no earlier version known) keeps its own value (null for a TOAST placeholder, the before image for a
+    soft delete) and stays listed in `_cdc_unavailable`.
 
     Args:
-        value_fields: the Avro fields of the envelope's Value record (with their connect.name properties).
+        columns: the columns that can be unavailable; others pass unchanged.
     """
-    converted = []
-    for field in value_fields:
-        name = field["name"]
-        connect_name = _connect_name(field["type"])
-        convert = CONVERSIONS.get(connect_name or "")
-        converted.append(convert(F.col(name)).alias(name) if convert else F.col(name))
-    return df.select(*converted, *[c for c in df.columns if c in CDC_COLUMNS])
-
-
-def _connect_name(avro_type: Any) -> str | None:
-    if isinstance(avro_type, list):  # nullable union: the non-null branch carries the name
-        names = [_connect_name(t) for t in avro_type if t != "null"]
-        return next((n for n in names if n), None)
-    if isinstance(avro_type, dict):
-        return avro_type.get("connect.name")
-    return None
-
-
-LATEST_COL = "_cdc_is_latest"
+    if not columns:
+        return df
+    earlier = _source_order(key_columns).rowsBetween(Window.unboundedPreceding, -1)
+    listed = {c: F.array_contains(F.col(UNAVAILABLE_COL), c) for c in columns}
+    previous = {
+        c: F.last(F.when(~listed[c], F.struct(F.col(c).alias("v"))), ignorenulls=True).over(earlier)
+        for c in columns
+    }
+    carried = {c: listed[c] & previous[c].isNotNull() for c in columns}
+    out = [
+        F.when(carried[c], previous[c]["v"]).otherwise(F.col(c)).alias(c) if c in carried else F.col(c)
+        for c in df.columns
+        if c != UNAVAILABLE_COL
+    ]
+    still = _names_where({c: listed[c] & ~carried[c] for c in columns})
+    return df.select(*out, still.alias(UNAVAILABLE_COL))
 
 
 def with_latest_flag(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
-    """Flag the latest event per record key: highest LSN, ties broken by the higher Kafka offset.
+    """Flag the latest event per record key: highest position, ties broken by the higher Kafka offset.
 
-    Hudi's precombine orders on the LSN alone; the offset tie-break needs the window.
+    Hudi's precombine orders on the position alone; the offset tie-break needs the window.
     """
-    order = Window.partitionBy(*key_columns).orderBy(F.col(LSN_COL).desc_nulls_last(), F.col(OFFSET_COL).desc())
+    order = Window.partitionBy(*key_columns).orderBy(
+        F.col(POSITION_COL).desc_nulls_last(), F.col(OFFSET_COL).desc()
+    )
     return df.withColumn(LATEST_COL, F.row_number().over(order) == 1)
 
 

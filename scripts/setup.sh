@@ -2,7 +2,8 @@
 # Install everything the project needs on a fresh machine; idempotent, cheap when nothing changed.
 # usage: scripts/setup.sh [system] [jars] [python]     (no argument: all three)
 #   system  Debian packages: PostgreSQL 15, a JDK 17, Maven, curl
-#   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/
+#   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
+#           own JVM functions (jvm/, built by Maven) into .deps/spark/cdc-functions.jar
 #   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,7 +26,18 @@ system() {
   fi
 }
 
-jars() { python3 scripts/fetch_jars.py; }
+jars() {
+  python3 scripts/fetch_jars.py
+  # The job's JVM functions (app/types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
+  local stamp=.deps/spark/.cdc-functions.stamp want
+  want=$(find jvm/pom.xml jvm/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1)
+  if [ ! -f .deps/spark/cdc-functions.jar ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "mvn package jvm/ (cdc-functions.jar)"
+    mvn -q -B -f jvm/pom.xml -DskipTests package
+    cp jvm/target/cdc-functions.jar .deps/spark/cdc-functions.jar
+    echo "$want" > "$stamp"
+  fi
+}
 
 python_env() {
   local stamp=.venv/.installed want

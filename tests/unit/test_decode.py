@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 
 from app.decode import decode_error_from, decode_value
 from app.errors import SchemaDecodeError
+from app.position import POSTGRESQL
 from app.unwrap import filter_data_changes, unwrap_envelope
 
 TOPIC = "tickit.crm.users"
@@ -175,7 +176,7 @@ def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> No
     unwrapped_df = (
         decode_value(payloads_df, ENVELOPE_JSON)
         .transform(filter_data_changes)
-        .transform(unwrap_envelope, ["id", "name"])
+        .transform(unwrap_envelope, ["id", "name"], POSTGRESQL)
     )
     plan = _executed_plan(unwrapped_df)
     # The probe sees a Python UDF when there is one.
@@ -184,4 +185,6 @@ def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> No
     assert "from_avro" in plan
     assert [node for node in PYTHON_NODES if node in plan] == []
     assert "BatchEvalPython" in udf_plan
-    assert [tuple(r) for r in unwrapped_df.collect()] == [(1, "alice", "c", 100, 1704103872000, 0, 40, False)]
+    assert [tuple(r) for r in unwrapped_df.collect()] == [
+        (1, "alice", "c", "00000000/00000064", 1704103872000, 0, 40, False, [])
+    ]

@@ -14,6 +14,7 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DataType,
@@ -27,12 +28,13 @@ from pyspark.sql.types import (
 )
 
 from app.errors import EnvelopeError
+from app.position import POSTGRESQL
+from app.types import with_debezium_types
 from app.unwrap import (
     dedupe_latest,
     filter_data_changes,
     filter_tombstones,
     unwrap_envelope,
-    with_debezium_types,
     with_latest_flag,
 )
 
@@ -60,11 +62,12 @@ VALUE_COLUMNS = ["id", "name"]
 
 CDC_FIELDS = [
     StructField("_cdc_op", StringType(), True),
-    StructField("_cdc_lsn", LongType(), True),
+    StructField("_cdc_position", StringType(), False),
     StructField("_cdc_source_ts_ms", LongType(), True),
     StructField("_kafka_partition", IntegerType(), True),
     StructField("_kafka_offset", LongType(), True),
     StructField("_hoodie_is_deleted", BooleanType(), True),
+    StructField("_cdc_unavailable", ArrayType(StringType(), True), False),
 ]
 UNWRAPPED_SCHEMA = StructType([*ROW_TYPE.fields, *CDC_FIELDS])
 FLAGGED_SCHEMA = StructType([*UNWRAPPED_SCHEMA.fields, StructField("_cdc_is_latest", BooleanType(), False)])
@@ -72,6 +75,11 @@ COMPOSITE_SCHEMA = StructType([StructField("tenant", StringType(), True), *UNWRA
 
 VALUE_BYTES = b"\x00\x00\x00\x00\x07avro"
 TS_MS = 1704103872000
+
+
+def pos(lsn: int) -> str:
+    """The ordering string of a PostgreSQL LSN (app/position.py)."""
+    return f"{lsn >> 32:08X}/{lsn & 0xFFFFFFFF:08X}"
 
 
 def _event(
@@ -87,18 +95,18 @@ def _event(
 def test_create_and_snapshot_read_upsert_the_after_image(spark: SparkSession, op: str) -> None:
     events_df = spark.createDataFrame([_event(op, None, (1, "alice"), 100, 5)], EVENT_SCHEMA)
 
-    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS)
+    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL)
 
-    expected_df = spark.createDataFrame([(1, "alice", op, 100, TS_MS, 1, 5, False)], UNWRAPPED_SCHEMA)
+    expected_df = spark.createDataFrame([(1, "alice", op, pos(100), TS_MS, 1, 5, False, [])], UNWRAPPED_SCHEMA)
     assert_df_equality(actual_df, expected_df)
 
 
 def test_update_upserts_the_after_image_not_the_before(spark: SparkSession) -> None:
     events_df = spark.createDataFrame([_event("u", (1, "alice"), (1, "alicia"), 200, 6)], EVENT_SCHEMA)
 
-    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS)
+    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL)
 
-    expected_df = spark.createDataFrame([(1, "alicia", "u", 200, TS_MS, 1, 6, False)], UNWRAPPED_SCHEMA)
+    expected_df = spark.createDataFrame([(1, "alicia", "u", pos(200), TS_MS, 1, 6, False, [])], UNWRAPPED_SCHEMA)
     assert_df_equality(actual_df, expected_df)
 
 
@@ -106,22 +114,22 @@ def test_delete_takes_the_before_image_and_carries_its_lsn(spark: SparkSession) 
     # Without REPLICA IDENTITY FULL the before image holds only the key columns.
     events_df = spark.createDataFrame([_event("d", (1, None), None, 300, 7)], EVENT_SCHEMA)
 
-    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS)
+    actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL)
 
-    expected_df = spark.createDataFrame([(1, None, "d", 300, TS_MS, 1, 7, True)], UNWRAPPED_SCHEMA)
+    expected_df = spark.createDataFrame([(1, None, "d", pos(300), TS_MS, 1, 7, True, [])], UNWRAPPED_SCHEMA)
     assert_df_equality(actual_df, expected_df)
 
 
 def test_unwrap_selects_only_the_given_value_columns_in_their_order(spark: SparkSession) -> None:
     events_df = spark.createDataFrame([_event("c", None, (1, "alice"), 100, 5)], EVENT_SCHEMA)
 
-    actual_df = events_df.transform(unwrap_envelope, ["name", "id"])
+    actual_df = events_df.transform(unwrap_envelope, ["name", "id"], POSTGRESQL)
 
     assert actual_df.columns == [
-        "name", "id", "_cdc_op", "_cdc_lsn", "_cdc_source_ts_ms", "_kafka_partition", "_kafka_offset",
-        "_hoodie_is_deleted",
+        "name", "id", "_cdc_op", "_cdc_position", "_cdc_source_ts_ms", "_kafka_partition", "_kafka_offset",
+        "_hoodie_is_deleted", "_cdc_unavailable",
     ]
-    assert [tuple(r) for r in actual_df.collect()] == [("alice", 1, "c", 100, TS_MS, 1, 5, False)]
+    assert [tuple(r) for r in actual_df.collect()] == [("alice", 1, "c", pos(100), TS_MS, 1, 5, False, [])]
 
 
 # ---- rows that carry no change ---------------------------------------------------------------------------
@@ -165,7 +173,7 @@ def test_unwrap_rejects_a_struct_that_is_not_an_envelope(spark: SparkSession) ->
     df = spark.createDataFrame([(((1, "alice"), "c"), 0, 1)], schema)
 
     with pytest.raises(EnvelopeError, match=r"missing \['before', 'source'\]"):
-        unwrap_envelope(df, VALUE_COLUMNS)
+        unwrap_envelope(df, VALUE_COLUMNS, POSTGRESQL)
 
 
 # ---- Debezium semantic types -----------------------------------------------------------------------------
@@ -302,7 +310,7 @@ def test_column_without_connect_name_passes_unchanged(spark: SparkSession) -> No
 
 def _unwrapped(key: int, lsn: int, offset: int, op: str = "u") -> tuple[Any, ...]:
     deleted = op == "d"
-    return (key, None if deleted else f"k{key}@{lsn}", op, lsn, TS_MS, 0, offset, deleted)
+    return (key, None if deleted else f"k{key}@{lsn}", op, pos(lsn), TS_MS, 0, offset, deleted, [])
 
 
 # Out of offset order: key 1 by LSN, key 2 tied on LSN (offset breaks it), key 3 ends in a delete.
