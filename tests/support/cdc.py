@@ -37,11 +37,16 @@ class KafkaRecord:
 
 @contextmanager
 def debezium_connector(
-    name: str, topic_prefix: str, schemas: list[str], source: PostgresSource = SOURCE
+    name: str,
+    topic_prefix: str,
+    schemas: list[str],
+    source: PostgresSource = SOURCE,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[ConnectClient]:
-    """Register a connector for `schemas`, wait until it runs; delete it and drop its slot afterwards."""
+    """Register a connector for `schemas`, wait until it runs; delete it and drop its slot and publication
+    afterwards. `settings` add or override connector settings (e.g. decimal.handling.mode)."""
     client = ConnectClient(CONNECT_URL)
-    config = postgres_connector_config(name, source, topic_prefix, schemas, REGISTRY_URL)
+    config = {**postgres_connector_config(name, source, topic_prefix, schemas, REGISTRY_URL), **(settings or {})}
     client.put_connector(name, config)
     client.wait_running(name)
     try:
@@ -49,6 +54,8 @@ def debezium_connector(
     finally:
         client.delete_connector(name)
         _drop_slot(config["slot.name"], source.dbname)
+        with psycopg.connect(PG_DSN.replace("dbname=source", f"dbname={source.dbname}"), autocommit=True) as conn:
+            conn.execute(f"drop publication if exists {config['publication.name']}")
 
 
 def _drop_slot(slot: str, dbname: str, timeout_s: float = 30.0) -> None:

@@ -184,7 +184,7 @@ def test_array_elements_convert_and_keep_their_nulls(spark: SparkSession) -> Non
 
 
 def test_array_items_referring_to_a_named_type_resolve_it() -> None:
-    envelope = {
+    envelope: dict[str, Any] = {
         "type": "record", "name": "Value", "fields": [
             {"name": "n", "type": ["null", {
                 "type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
@@ -245,7 +245,7 @@ def test_placeholders_per_type(spark: SparkSession) -> None:
 
 
 def test_with_debezium_types_converts_by_field_and_keeps_other_columns(spark: SparkSession) -> None:
-    fields = [
+    fields: list[dict[str, Any]] = [
         {"name": "id", "type": "int"},
         {"name": "price", "type": ["null", {
             "type": "bytes", "connect.name": "org.apache.kafka.connect.data.Decimal", "precision": 64,
