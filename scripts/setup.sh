@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine; idempotent, cheap when nothing changed.
 # usage: scripts/setup.sh [system] [jars] [python]     (no argument: all three)
-#   system  Debian packages: PostgreSQL 15, a JDK 17, Maven, curl
+#   system  Debian packages: PostgreSQL 15 with PostGIS 3, a JDK 17, Maven, curl
 #   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
 #           own JVM functions (jvm/, built by Maven) into .deps/spark/cdc-functions.jar
 #   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
@@ -13,6 +13,8 @@ log() { printf '[setup] %s\n' "$*"; }
 system() {
   local missing=()
   [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15 postgresql-client-15)
+  # PostGIS: geometry/geography columns in the types tests (hstore ships with postgresql-15).
+  [ -f /usr/share/postgresql/15/extension/postgis.control ] || missing+=(postgresql-15-postgis-3)
   command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
   command -v mvn >/dev/null || missing+=(maven)
   command -v curl >/dev/null || missing+=(curl)

@@ -201,10 +201,10 @@ class Col:
     python: Callable[[Any], Any] | None = None  # turns the fetched expected value into the Spark value
 
     def type_for(self, mode: str) -> DataType:
-        return self.types.get(mode, self.types["*"])
+        return self.types[mode] if mode in self.types else self.types["*"]
 
     def sql_for(self, mode: str) -> str:
-        return self.sql.get(mode, self.sql["*"]).format(c=self.name)
+        return (self.sql[mode] if mode in self.sql else self.sql["*"]).format(c=self.name)
 
 
 def _same(name: str, spark_type: DataType, sql: str = "{c}") -> Col:
