@@ -258,6 +258,9 @@ def _interval_col() -> Col:
     return Col("c_interval", {"*": StringType()}, {"*": parts}, python=None)
 
 
+# PostgreSQL's output function for the type (format('%s', NULL) is '', not NULL).
+OUTPUT = "case when {c} is null then null else format('%s', {c}) end"
+
 COLUMNS: list[Col] = [
     _same("c_smallint", IntegerType()),
     _same("c_integer", IntegerType()),
@@ -303,14 +306,14 @@ COLUMNS: list[Col] = [
     # varbit: the connector sends the declared length only; shorter values come back left-padded with zeros
     _same("c_varbit20", StringType(), "lpad({c}::text, 20, '0')"),
     _same("c_bytea", BinaryType()),
-    _same("c_inet", StringType(), "format('%s', {c})"),
-    _same("c_cidr", StringType(), "format('%s', {c})"),
-    _same("c_macaddr", StringType(), "format('%s', {c})"),
-    _same("c_int4range", StringType(), "format('%s', {c})"),
-    _same("c_numrange", StringType(), "format('%s', {c})"),
-    _same("c_tsrange", StringType(), "format('%s', {c})"),
-    _same("c_tstzrange", StringType(), "format('%s', {c})"),
-    _same("c_daterange", StringType(), "format('%s', {c})"),
+    _same("c_inet", StringType(), OUTPUT),
+    _same("c_cidr", StringType(), OUTPUT),
+    _same("c_macaddr", StringType(), OUTPUT),
+    _same("c_int4range", StringType(), OUTPUT),
+    _same("c_numrange", StringType(), OUTPUT),
+    _same("c_tsrange", StringType(), OUTPUT),
+    _same("c_tstzrange", StringType(), OUTPUT),
+    _same("c_daterange", StringType(), OUTPUT),
     Col("c_hstore", {"*": StringType()}, {"*": "hstore_to_json({c})::text"}, both=_hstore_entries),
     Col("c_geometry", {"*": StructType([StructField("wkb", BinaryType()), StructField("srid", IntegerType())])},
         {"*": "case when {c} is null then null else row(ST_AsEWKB({c}), nullif(ST_SRID({c}), 0)) end"}),
