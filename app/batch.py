@@ -5,7 +5,10 @@ happen, and it takes any DataFrame with the Kafka source's columns (a Kafka micr
 read back for a replay).
 
 Spark actions per batch: one small aggregate (writer schema ids and record counts per topic), the Bronze write,
-and per table present in the batch one count over its persisted decoded events and the Hudi write.
+and per table present in the batch: a probe for unavailable values (tables with columns that can carry a
+TOAST placeholder, and soft-delete tables), then, only if one is found, a read of the table's current rows
+for those keys; the delete ledger's read (hard-delete tables that have one); one aggregate over the persisted,
+judged events for the counts; the ledger write (when the batch deletes or re-inserts keys); the Hudi write.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from app.decode import decode_error_from, decode_value, record_fields
 from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, table_exists, with_ledger_verdict
 from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
 from app.framing import with_framing
-from app.hudi import HudiTarget, TableRegistry, write_silver
+from app.hudi import LEDGER_OPTIONS, HudiTarget, TableRegistry, write_silver
 from app.position import connector_kind
 from app.registry import RegistryClient
 from app.route import TableRoute, route_topic
@@ -138,7 +141,9 @@ class BatchProcessor:
         framed_df = with_framing(raw_df)
         summary = self._summarize(framed_df)
         self._check_framing(framed_df, summary)
-        return [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
+        plans = [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
+        _check_one_topic_per_table(plans)
+        return plans
 
     def _summarize(self, framed_df: DataFrame) -> dict[str, _TopicSummary]:
         """One aggregate: per topic and (key id, value id, framed), record count. Drives everything after."""
@@ -231,15 +236,18 @@ class BatchProcessor:
         events_df = plan.events_df.persist()
         judged_df = None
         try:
-            with_history = events_df
-            if plan.carry_columns and has_unavailable(events_df) and table_exists(spark, target.path):
-                current_df = spark.read.format("hudi").load(target.path)
-                with_history = with_current_rows(events_df, current_df, keys)
-            flagged_df = (
-                with_history.transform(with_carried_values, keys, plan.carry_columns)
-                .transform(filter_current_rows)
-                .transform(with_latest_flag, keys)
-            )
+            carried_df = events_df
+            # Most batches carry no placeholder and no soft delete: the probe spares them the windows below.
+            if plan.carry_columns and has_unavailable(events_df):
+                with_history = events_df
+                if table_exists(spark, target.path):
+                    current_df = spark.read.format("hudi").load(target.path)
+                    with_history = with_current_rows(events_df, current_df, keys)
+                carried_df = (
+                    with_history.transform(with_carried_values, keys, plan.carry_columns)
+                    .transform(filter_current_rows)
+                )
+            flagged_df = carried_df.transform(with_latest_flag, keys)
             ledger_df = read_ledger(spark, target.ledger.path, keys) if target.delete_mode == "hard" else None
             judged_df = with_ledger_verdict(flagged_df, ledger_df, keys).persist()
             counts = _count(judged_df)
@@ -250,11 +258,12 @@ class BatchProcessor:
             stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
             if stats.unresolved:
                 self._warn_unresolved(judged_df, plan)
+            # The ledger first: a failure between the two writes leaves the deletes recorded (app/deletes.py).
+            if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
+                write_silver(ledger_changes(judged_df, keys), target.ledger, batch_id, query_id, LEDGER_OPTIONS)
             latest, blocked = F.col(LATEST_COL), F.col(BLOCKED_COL)
             rows_df = judged_df.filter(latest & ~blocked).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
             write_silver(rows_df, target, batch_id, query_id)
-            if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
-                write_silver(ledger_changes(judged_df, keys), target.ledger, batch_id, query_id)
         finally:
             events_df.unpersist()
             if judged_df is not None:
@@ -263,7 +272,7 @@ class BatchProcessor:
 
     def _warn_unresolved(self, judged_df: DataFrame, plan: TablePlan) -> None:
         assert plan.record_key is not None
-        sample = unresolved_toast(judged_df.filter(F.col(LATEST_COL))).select(
+        sample = unresolved_toast(judged_df.filter(F.col(LATEST_COL) & ~F.col(BLOCKED_COL))).select(
             *plan.record_key, UNAVAILABLE_COL
         ).limit(5).collect()
         log.warning(
@@ -364,6 +373,19 @@ class TablePlan:
         return filter_latest(self.flagged_df()).drop(*INTERNAL_COLUMNS)
 
 
+def _check_one_topic_per_table(plans: list[TablePlan]) -> None:
+    """Two topics writing one Silver table would interleave positions of different tables (and race)."""
+    seen: dict[str, str] = {}
+    for plan in plans:
+        name = plan.route.qualified_name
+        if name in seen:
+            raise EnvelopeError(
+                f"topics {seen[name]!r} and {plan.route.topic!r} both map to Silver table {name}; "
+                f"give one of them its own name with tables.\"<schema>.<table>\".name"
+            )
+        seen[name] = plan.route.topic
+
+
 def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
     # The Value record is defined inline in whichever of before/after comes first; the other names it.
     try:
@@ -383,7 +405,7 @@ def _count(judged_df: DataFrame) -> dict[str, int]:
         F.count(F.when(latest & deleted, 1)).alias("deletes"),
         F.count(F.when(latest & blocked, 1)).alias("blocked"),
         F.count(F.when(latest & F.col(REINSERT_COL), 1)).alias("reinserts"),
-        F.count(F.when(latest & (F.col(OP_COL) != OP_DELETE) & (F.size(UNAVAILABLE_COL) > 0), 1))
+        F.count(F.when(latest & ~blocked & (F.col(OP_COL) != OP_DELETE) & (F.size(UNAVAILABLE_COL) > 0), 1))
         .alias("unresolved"),
     ).first()
     assert row is not None  # a global aggregate always returns one row

@@ -13,7 +13,11 @@ in the catalog. Before a batch is written, its events are judged against the led
 Retention: an entry lives until its key is re-inserted by a newer event; from then on the live row's own
 position protects it through Hudi's ordering, as for any live row. Entries of keys that stay deleted are kept
 for good: an older event can come back at any time (Bronze replays have no horizon), so there is no age after
-which dropping one is safe. The ledger holds one small row per deleted key, key columns and position only.
+which dropping one is safe. The ledger holds one small row per deleted key: key columns, position and source time.
+
+The ledger is written before the Silver commit of the same batch: a batch that fails between the two has
+recorded its deletes already, and its replay rewrites both. Checking and writing the ledger assumes one writer
+per table (this job; a second job or a replay writing the same table at the same time could race it).
 
 Soft-delete tables need no ledger: the deleted row stays, flagged, with its position (see app/unwrap.py).
 """
@@ -34,12 +38,19 @@ REINSERT_COL: Final = "_cdc_reinsert"  # an upsert above it: the key leaves the 
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:
-    """Whether a Hudi table has been created at path (local or any Hadoop file system, s3a included)."""
+    """Whether a Hudi table at path has a completed commit (local or any Hadoop file system, s3a included).
+
+    A table whose first commit failed has a `.hoodie` folder but nothing to read yet. Hudi 1.x names a
+    completed instant `<begin>_<end>.<action>` in `.hoodie/timeline/`.
+    """
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    hoodie = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/.hoodie")
-    fs = hoodie.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return bool(fs.exists(hoodie))
+    completed = jvm.org.apache.hadoop.fs.Path(
+        path.rstrip("/") + "/.hoodie/timeline/*_*.{commit,deltacommit,replacecommit}"
+    )
+    fs = completed.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    found = fs.globStatus(completed)
+    return found is not None and len(found) > 0
 
 
 def read_ledger(spark: SparkSession, path: str, key_columns: Sequence[str]) -> DataFrame | None:

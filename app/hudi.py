@@ -68,13 +68,18 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
     }
 
 
-def write_silver(rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str) -> None:
+# The delete ledger is a few rows per deleted key, read whole: no metadata table to keep beside it.
+LEDGER_OPTIONS = {"hoodie.metadata.enable": "false"}
+
+
+def write_silver(
+    rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str, extra: dict[str, str] | None = None
+) -> None:
     """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table."""
     if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
         raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
-    rows_df.write.format("hudi").options(**write_options(target, batch_id, query_id)).mode("append").save(
-        target.path
-    )
+    options = {**write_options(target, batch_id, query_id), **(extra or {})}
+    rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
 
 
 class TableRegistry:

@@ -45,7 +45,7 @@ def connector_kind(source_fields: Collection[str]) -> str:
         EnvelopeError: none of the known position fields is present.
     """
     fields = set(source_fields)
-    if {"commit_lsn", "change_lsn"} <= fields:
+    if {"commit_lsn", "change_lsn", "event_serial_no"} <= fields:  # Db2 and Informix lack the serial
         return SQLSERVER
     if {"file", "pos", "row"} <= fields:
         return MYSQL

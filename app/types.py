@@ -42,8 +42,10 @@ SPARK_MAX_DECIMAL_DIGITS: Final = 38
 # PostgreSQL infinity, as Debezium 3.2 sends it (checked against the real connector, README "Column types").
 DATE_INFINITY_DAYS: Final = (-622191234, -2147472692)  # snapshot, streaming
 DATE_MINUS_INFINITY_DAYS: Final = (-625821272, -2147472691)
-TIMESTAMP_INFINITY_MS: Final = 9223372036825200  # PgJDBC's DATE_POSITIVE_INFINITY
-TIMESTAMP_MINUS_INFINITY_MS: Final = -9223372036832400  # PgJDBC's DATE_NEGATIVE_INFINITY
+# PgJDBC's DATE_POSITIVE/NEGATIVE_INFINITY (9223372036825200000, -9223372036832400000) read as microseconds by
+# Debezium: in millisecond fields they arrive divided by 1000, in microsecond fields as they are.
+TIMESTAMP_INFINITY_MS: Final = 9223372036825200
+TIMESTAMP_MINUS_INFINITY_MS: Final = -9223372036832400
 ZONED_INFINITY: Final = ("infinity",)
 # Inside timestamptz[] Debezium renders -infinity through java.time's minimum: "+292269055-12-02T23:00:00..."
 ZONED_MINUS_INFINITY: Final = ("-infinity", "+292269055-12-02T23:00:00.000000Z")
@@ -115,7 +117,11 @@ def named_types(schema_json: str) -> dict[str, dict[str, Any]]:
 def _spark_decimal(node: dict[str, Any]) -> bool:
     """A decimal spark-avro reads exactly: a declared precision of at most 38 digits."""
     declared = node.get("connect.parameters", {}).get("connect.decimal.precision")
-    return declared is not None and int(declared) <= SPARK_MAX_DECIMAL_DIGITS
+    if declared is None:
+        return False
+    # PostgreSQL 15 allows numeric(3,5) and numeric(5,-2), which Avro and Spark do not: the exact text then.
+    scale = int(node.get("connect.parameters", {}).get("scale", node.get("scale", 0)))
+    return 0 <= scale <= int(declared) <= SPARK_MAX_DECIMAL_DIGITS
 
 
 def _jvm(method: str, raw: Column, number: Column) -> Column:
@@ -228,10 +234,11 @@ def conversion(avro_type: Any, named: dict[str, dict[str, Any]] | None = None) -
     if connect_name == "org.apache.kafka.connect.data.Decimal" and not _spark_decimal(node):
         scale = int(node.get("connect.parameters", {}).get("scale", node.get("scale", 0)))
         if "connect.decimal.precision" in node.get("connect.parameters", {}):
-            return lambda c: _decimal_text(c, scale)  # over 38 digits: the exact text
+            return lambda c: _decimal_text(c, scale)  # over 38 digits (or a scale Spark refuses): the exact text
         # No declared precision (PostgreSQL money): every value fits 38 digits.
         return lambda c: _decimal_text(c, scale).cast(f"decimal({SPARK_MAX_DECIMAL_DIGITS},{scale})")
     if connect_name == "io.debezium.data.Bits":
+        # 0 (absent) or a huge length: an unbounded varbit, rendered without padding (CdcValues.bitsText).
         length = int(node.get("connect.parameters", {}).get("length", 0))
         return lambda c: _bits_text(c, length)
     return _BY_CONNECT_NAME.get(connect_name or "")

@@ -139,6 +139,9 @@ def with_soft_deletes(df: DataFrame, key_columns: Sequence[str], value_columns: 
     )
 
 
+_SEGMENT_COL: Final = "_cdc_segment"
+
+
 def _source_order(key_columns: Sequence[str]) -> WindowSpec:
     return Window.partitionBy(*key_columns).orderBy(F.col(POSITION_COL), F.col(OFFSET_COL))
 
@@ -147,16 +150,28 @@ def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequ
     """Give each unavailable column the value of the key's previous version, in source order.
 
     The previous version is the latest earlier event of the key that carries the column (the batch's own
-    events, and the table's current row when app/unavailable.py added it). A column still unavailable after
-    this (no earlier version known) keeps its own value (null for a TOAST placeholder, the before image for a
-    soft delete) and stays listed in `_cdc_unavailable`.
+    events, and the table's current row when app/unavailable.py added it). An upsert after a delete (or after
+    a soft-deleted current row) takes nothing from before it: the delete ended the key's history. A column
+    still unavailable after this (no earlier version known) keeps its own value (null for a TOAST placeholder,
+    the before image for a soft delete) and stays listed in `_cdc_unavailable`.
 
     Args:
         columns: the columns that can be unavailable; others pass unchanged.
     """
     if not columns:
         return df
-    earlier = _source_order(key_columns).rowsBetween(Window.unboundedPreceding, -1)
+    # A delete ends a key's history: the first upsert after it (a re-insert, or a primary-key change into the
+    # key) starts a new segment and never takes a value from the delete or from before it. A delete after a
+    # delete (a redelivered one, or a soft-deleted current row) stays in the segment and keeps its values.
+    is_delete = F.col(OP_COL) == OP_DELETE
+    if SOFT_DELETED_COL in df.columns:
+        is_delete = is_delete | F.coalesce(F.col(SOFT_DELETED_COL), F.lit(False))
+    order = _source_order(key_columns)
+    restart = ~is_delete & F.coalesce(F.lag(is_delete).over(order), F.lit(False))
+    segmented = df.withColumn(
+        _SEGMENT_COL, F.sum(restart.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0))
+    )
+    earlier = _source_order([*key_columns, _SEGMENT_COL]).rowsBetween(Window.unboundedPreceding, -1)
     listed = {c: F.array_contains(F.col(UNAVAILABLE_COL), c) for c in columns}
     previous = {
         c: F.last(F.when(~listed[c], F.struct(F.col(c).alias("v"))), ignorenulls=True).over(earlier)
@@ -169,7 +184,7 @@ def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequ
         if c != UNAVAILABLE_COL
     ]
     still = _names_where({c: listed[c] & ~carried[c] for c in columns})
-    return df.select(*out, still.alias(UNAVAILABLE_COL))
+    return segmented.select(*out, still.alias(UNAVAILABLE_COL))
 
 
 def with_latest_flag(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:

@@ -9,6 +9,7 @@ import pytest
 
 from app.config import JobConfig, RegistryConfig, TableConfig, load_config, parse_config
 from app.errors import ConfigError
+from app.route import route_topic
 
 
 def _minimal() -> dict[str, Any]:
@@ -250,3 +251,26 @@ def test_load_config_empty_file(tmp_path: Path) -> None:
         load_config(path)
 
     _assert_names_key(excinfo.value, "<root>", "expected a mapping, got NoneType")
+
+
+def test_delete_mode_defaults_to_hard_and_a_table_may_switch_to_soft() -> None:
+    raw = _minimal()
+    raw["tables"] = {"public.orders": {"delete_mode": "soft"}}
+    config = parse_config(raw)
+
+    assert config.lake.delete_mode == "hard"
+    assert route_topic("cdc.public.orders", config).delete_mode == "soft"
+    assert route_topic("cdc.public.customers", config).delete_mode == "hard"
+
+
+@pytest.mark.parametrize(
+    ("where", "key"), [("lake", "lake.delete_mode"), ("table", "tables.public.orders.delete_mode")]
+)
+def test_delete_mode_must_be_hard_or_soft(where: str, key: str) -> None:
+    raw = _minimal()
+    if where == "lake":
+        raw["lake"]["delete_mode"] = "purge"
+    else:
+        raw["tables"] = {"public.orders": {"delete_mode": "purge"}}
+
+    _assert_names_key(_config_error(raw), key, "must be one of hard, soft")

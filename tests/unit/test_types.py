@@ -168,6 +168,30 @@ def test_money_has_no_declared_precision_and_becomes_decimal_38_2(spark: SparkSe
     assert actual == [Decimal("12.34"), Decimal("-92233720368547758.08"), None]
 
 
+def test_decimal_with_a_scale_spark_refuses_becomes_text(spark: SparkSession) -> None:
+    # PostgreSQL 15: numeric(3,5) holds 0.00012; Avro and Spark have no such decimal.
+    odd = {
+        "type": "bytes", "scale": 5, "precision": 3, "logicalType": "decimal",
+        "connect.name": "org.apache.kafka.connect.data.Decimal",
+        "connect.parameters": {"scale": "5", "connect.decimal.precision": "3"},
+    }
+    schema = {"type": "record", "name": "V", "fields": [{"name": "x", "type": odd}]}
+
+    assert "logicalType" not in json.loads(reader_schema(json.dumps(schema)))["fields"][0]["type"]
+    assert _convert(spark, odd, BinaryType(), [bytes.fromhex("0c")]) == ["0.00012"]
+
+
+def test_unbounded_varbit_is_not_padded(spark: SparkSession) -> None:
+    unbounded = {
+        "type": "bytes", "connect.name": "io.debezium.data.Bits", "connect.parameters": {"length": "2147483647"},
+    }
+    no_length = {"type": "bytes", "connect.name": "io.debezium.data.Bits"}
+
+    raw = [bytes.fromhex("05"), bytes.fromhex("0102")]
+    assert _convert(spark, unbounded, BinaryType(), raw) == ["101", "1000000001"]
+    assert _convert(spark, no_length, BinaryType(), [bytes.fromhex("05")]) == ["101"]
+
+
 def test_bits_become_postgres_bit_text(spark: SparkSession) -> None:
     bits = {"type": "bytes", "connect.name": "io.debezium.data.Bits", "connect.parameters": {"length": "10"}}
     raw = [bytes.fromhex("0102"), bytes.fromhex("0003"), bytes.fromhex("01"), None]

@@ -65,6 +65,26 @@ def test_placeholder_takes_the_previous_value_of_its_key_in_source_order(spark: 
     assert_df_equality(actual_df, expected_df, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_an_upsert_after_a_delete_takes_nothing_from_before_it(spark: SparkSession) -> None:
+    events_df = spark.createDataFrame([
+        _e(1, "old", 1, "c", 10, 1),
+        _e(1, None, None, "d", 20, 2),
+        # a primary-key change into key 1 whose TOASTed doc was not sent: nothing before the delete applies
+        _e(1, None, 3, "c", 30, 3, ["doc"]),
+        _e(1, None, 4, "u", 40, 4, ["doc"]),  # the create above lacks doc too: still unresolved
+    ], EVENTS)
+
+    actual_df = events_df.transform(with_carried_values, ["id"], ["doc"])
+
+    expected_df = spark.createDataFrame([
+        _e(1, "old", 1, "c", 10, 1),
+        _e(1, None, None, "d", 20, 2),
+        _e(1, None, 3, "c", 30, 3, ["doc"]),
+        _e(1, None, 4, "u", 40, 4, ["doc"]),
+    ], EVENTS)
+    assert_df_equality(actual_df, expected_df, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_current_row_supplies_a_value_the_batch_lacks_but_not_a_newer_one(spark: SparkSession) -> None:
     events_df = spark.createDataFrame([
         _e(2, None, 5, "u", 50, 5, ["doc"]),
@@ -101,6 +121,23 @@ def test_soft_delete_keeps_the_values_of_a_key_only_before_image(spark: SparkSes
     assert sorted(tuple(r) for r in actual_df.collect()) == expected
     deleted_at = events_df.transform(with_soft_deletes, ["id"], ["id", "doc", "n"]).filter("_cdc_deleted").first()
     assert deleted_at is not None and deleted_at["_cdc_deleted_at"].timestamp() == 20.0
+
+
+def test_a_redelivered_soft_delete_keeps_the_values_of_the_soft_deleted_row(spark: SparkSession) -> None:
+    soft_df = spark.createDataFrame([_e(1, None, None, "d", 20, 2)], EVENTS).transform(
+        with_soft_deletes, ["id"], ["id", "doc", "n"]
+    )
+    current_df = spark.createDataFrame(
+        [(1, "kept", 7, "00000020", True)], "id int, doc string, n int, _cdc_position string, _cdc_deleted boolean"
+    )
+
+    actual_df = (
+        soft_df.transform(with_current_rows, current_df, ["id"])
+        .transform(with_carried_values, ["id"], ["doc", "n"])
+        .transform(filter_current_rows)
+    )
+
+    assert [(r["doc"], r["n"], r["_cdc_deleted"]) for r in actual_df.collect()] == [("kept", 7, True)]
 
 
 def test_ledger_blocks_older_upserts_and_releases_newer_ones(spark: SparkSession) -> None:

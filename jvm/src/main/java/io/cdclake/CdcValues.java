@@ -31,7 +31,20 @@ public final class CdcValues {
 
     private static final HexFormat HEX = HexFormat.of();
 
+    /** Declared lengths above this are read as "unbounded" by {@link #bitsText}. */
+    static final int UNBOUNDED_LENGTH = 1 << 24;
+
     private CdcValues() {
+    }
+
+    private static int significantBits(byte[] littleEndian) {
+        for (int b = littleEndian.length - 1; b >= 0; b--) {
+            int value = littleEndian[b] & 0xFF;
+            if (value != 0) {
+                return (b << 3) + (32 - Integer.numberOfLeadingZeros(value));
+            }
+        }
+        return 0;
     }
 
     /**
@@ -97,7 +110,8 @@ public final class CdcValues {
      *
      * @param littleEndianHex hexadecimal text of the Bits bytes, as produced by Spark's
      *                        {@code hex(binary)}; an empty string means all bits are zero
-     * @param length          number of bits (PostgreSQL characters) to produce; {@code >= 0}
+     * @param length          number of bits (PostgreSQL characters) to produce; {@code >= 0}; 0 or more
+     *                        than {@link #UNBOUNDED_LENGTH}: unbounded, the value's significant bits
      * @return the bit string of {@code length} characters of {@code '0'}/{@code '1'}, or
      *         {@code null} when {@code littleEndianHex} is {@code null}
      * @throws IllegalArgumentException if {@code length} is negative, the hex text is invalid,
@@ -112,6 +126,11 @@ public final class CdcValues {
             throw new IllegalArgumentException("length must be >= 0, was " + length);
         }
         byte[] bytes = HEX.parseHex(littleEndianHex);
+        if (length == 0 || length > UNBOUNDED_LENGTH) {
+            // An unbounded BIT VARYING (no declared length, or the driver's Integer.MAX_VALUE): no width to pad
+            // to, so the value's own significant bits, without leading zeros.
+            length = significantBits(bytes);
+        }
         // reject set bits beyond the requested length
         for (int b = length >>> 3; b < bytes.length; b++) {
             int value = bytes[b] & 0xFF;
