@@ -81,7 +81,8 @@ create table {SCHEMA}.all_types (
   c_hstore hstore, c_geometry geometry, c_geography geography,
   c_int_arr int[], c_text_arr text[], c_num10_2_arr numeric(10,2)[], c_numeric_arr numeric[], c_date_arr date[],
   c_ts_arr timestamp[], c_tstz_arr timestamptz[], c_uuid_arr uuid[], c_jsonb_arr jsonb[], c_bytea_arr bytea[],
-  c_enum_arr {SCHEMA}.mood[]
+  c_enum_arr {SCHEMA}.mood[], c_time_arr time[], c_bool_arr boolean[], c_inet_arr inet[], c_float8_arr float8[],
+  c_varchar_arr varchar(10)[]
 );
 """
 
@@ -111,7 +112,8 @@ insert into {SCHEMA}.all_types values (1,
   '{{"2024-01-01 12:00:00.123456",NULL,"1900-01-01 00:00:00"}}', '{{"2024-01-01 12:00:00+02",NULL}}',
   '{{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}}',
   ARRAY['{{"a":1}}'::jsonb, NULL, '[1, 2]'::jsonb], ARRAY['\\xdead'::bytea, NULL, '\\x'::bytea],
-  '{{sad,happy}}');
+  '{{sad,happy}}', '{{12:34:56.123456,NULL,24:00:00}}', '{{true,NULL,false}}', '{{10.0.0.1,NULL,::1/128}}',
+  '{{1.5,NULL,NaN,Infinity,-Infinity}}', '{{a,NULL,"b c"}}');
 insert into {SCHEMA}.all_types values (2,
   -32768, -2147483648, -9223372036854775808, 'NaN', 'NaN',
   -0.01, -1234567890123456789012345678901234567890.0123456789, -0.000001, -1234.56, -99999999.99,
@@ -124,7 +126,8 @@ insert into {SCHEMA}.all_types values (2,
   '::1', '2001:db8::/32', 'ff:ff:ff:ff:ff:ff',
   'empty', 'empty', '(,infinity)', '(,)', '[2024-01-01,2024-01-01]',
   '', ST_GeomFromText('LINESTRING(0 0,1 1,2 1)'), 'POINT(0 0)',
-  '{{}}', '{{}}', '{{}}', '{{-1}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}');
+  '{{}}', '{{}}', '{{}}', '{{-1}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}',
+  '{{}}', '{{}}', '{{}}', '{{}}', '{{}}');
 insert into {SCHEMA}.all_types (id, c_real, c_double, c_numeric, c_num10_2, c_num50_10, c_money, c_time0, c_time3,
   c_time6, c_timetz, c_interval, c_date, c_ts0, c_ts3, c_ts6, c_tstz, c_json, c_jsonb, c_bit10, c_varbit20, c_bytea,
   c_inet, c_int4range, c_text_arr)
@@ -334,6 +337,12 @@ COLUMNS: list[Col] = [
     _same("c_jsonb_arr", ArrayType(StringType()), "{c}::text[]"),
     _same("c_bytea_arr", ArrayType(BinaryType())),
     _same("c_enum_arr", ArrayType(StringType()), "{c}::text[]"),
+    Col("c_time_arr", {"*": ArrayType(StringType())},
+        {"*": _arr(_time_sql("x"), "{c}"), "c": _arr(_time_sql("x", millis=True), "{c}")}),
+    _same("c_bool_arr", ArrayType(BooleanType())),
+    _same("c_inet_arr", ArrayType(StringType()), _arr(OUTPUT.format(c="x"), "{c}")),
+    _same("c_float8_arr", ArrayType(DoubleType())),
+    _same("c_varchar_arr", ArrayType(StringType())),
 ]
 
 
