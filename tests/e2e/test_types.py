@@ -180,10 +180,12 @@ def _micros_sql(c: str, millis: bool = False) -> str:
             f"else ({exact})::bigint end")
 
 
-def _time_sql(c: str, millis: bool = False) -> str:
+def _time_sql(c: str, millis: bool = False, wrap: bool = False) -> str:
     us = f"(extract(epoch from {c}) * 1000000)::bigint"
     if millis:
         us = f"(floor(extract(epoch from {c}) * 1000) * 1000)::bigint"
+    if wrap:  # 24:00:00 read as a java.time.LocalTime: 00:00:00
+        us = f"({us} % 86400000000)"
     return (f"lpad((({us}) / 3600000000)::text, 2, '0') || ':' || lpad(((({us}) / 60000000) % 60)::text, 2, '0') "
             f"|| ':' || lpad(((({us}) / 1000000) % 60)::text, 2, '0') || '.' || lpad((({us}) % 1000000)::text, 6, '0')")
 
@@ -337,8 +339,9 @@ COLUMNS: list[Col] = [
     _same("c_jsonb_arr", ArrayType(StringType()), "{c}::text[]"),
     _same("c_bytea_arr", ArrayType(BinaryType())),
     _same("c_enum_arr", ArrayType(StringType()), "{c}::text[]"),
-    Col("c_time_arr", {"*": ArrayType(StringType())},
-        {"*": _arr(_time_sql("x"), "{c}"), "c": _arr(_time_sql("x", millis=True), "{c}")}),
+    # time[] elements: the connector reads them at millisecond precision and wraps 24:00:00 to 00:00:00, in
+    # every mode, although the element schema says MicroTime.
+    Col("c_time_arr", {"*": ArrayType(StringType())}, {"*": _arr(_time_sql("x", millis=True, wrap=True), "{c}")}),
     _same("c_bool_arr", ArrayType(BooleanType())),
     _same("c_inet_arr", ArrayType(StringType()), _arr(OUTPUT.format(c="x"), "{c}")),
     _same("c_float8_arr", ArrayType(DoubleType())),
