@@ -14,7 +14,7 @@ system() {
   local missing=()
   [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15 postgresql-client-15)
   # PostGIS: geometry/geography columns in the types tests (hstore ships with postgresql-15).
-  [ -f /usr/share/postgresql/15/extension/postgis.control ] || missing+=(postgresql-15-postgis-3)
+  [ -f /usr/lib/postgresql/15/lib/postgis-3.so ] || missing+=(postgresql-15-postgis-3)
   command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
   command -v mvn >/dev/null || missing+=(maven)
   command -v curl >/dev/null || missing+=(curl)
