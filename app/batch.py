@@ -5,10 +5,10 @@ happen, and it takes any DataFrame with the Kafka source's columns (a Kafka micr
 read back for a replay).
 
 Spark actions per batch: one small aggregate (writer schema ids and record counts per topic), the Bronze write,
-and per table present in the batch: a probe for unavailable values (tables with columns that can carry a
-TOAST placeholder, and soft-delete tables), then, only if one is found, a read of the table's current rows
-for those keys; the delete ledger's read (hard-delete tables that have one); one aggregate over the persisted,
-judged events for the counts; the ledger write (when the batch deletes or re-inserts keys); the Hudi write.
+and per table present in the batch: the delete ledger's read (hard-delete tables that have one); one aggregate
+over the persisted, judged events for the counts; only when a row to be written lacks a value (a TOAST
+placeholder, a soft delete), a read of the table's current rows for those keys and a second aggregate; the
+ledger write (when the batch deletes or re-inserts keys); the Hudi write.
 """
 from __future__ import annotations
 
@@ -27,25 +27,22 @@ from pyspark.sql.utils import AnalysisException, CapturedException
 from app.bronze import write_bronze
 from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
-from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, table_exists, with_ledger_verdict
+from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, with_ledger_verdict
 from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
 from app.framing import with_framing
-from app.hudi import LEDGER_OPTIONS, HudiTarget, TableRegistry, write_silver
+from app.hudi import LEDGER_OPTIONS, HudiTarget, TableRegistry, table_exists, write_silver
 from app.position import connector_kind
 from app.registry import RegistryClient
 from app.route import TableRoute, route_topic
 from app.types import placeholder_tests, reader_schema, with_debezium_types
-from app.unavailable import filter_current_rows, has_unavailable, unresolved_toast, with_current_rows
+from app.unavailable import filter_current_rows, is_pending, is_unresolved, with_current_rows
 from app.unwrap import (
-    DELETED_COL,
     INTERNAL_COLUMNS,
     LATEST_COL,
-    OP_COL,
-    OP_DELETE,
-    SOFT_DELETED_COL,
     UNAVAILABLE_COL,
     filter_data_changes,
     filter_latest,
+    is_delete,
     unwrap_envelope,
     with_carried_values,
     with_latest_flag,
@@ -226,55 +223,43 @@ class BatchProcessor:
         log.info("%s", plan.stats.log_line(batch_id))
 
     def _write_events(self, plan: TablePlan, target: HudiTarget, batch_id: int, query_id: str) -> None:
-        """One table's share of the batch: fill unavailable values, judge against the delete ledger, count,
-        upsert into Silver, then record deletes in the ledger."""
+        """One table's share of the batch: judge the events (latest per key, delete ledger), count, fill
+        unavailable values when an event to be written lacks some, record deletes in the ledger, upsert."""
         assert plan.events_df is not None
         spark = plan.events_df.sparkSession
         stats = plan.stats
         keys = target.record_key
-        # Persisted: every step below (and the counts) reads one decode of the batch, not several.
-        events_df = plan.events_df.persist()
-        judged_df = None
+        ledger_df = read_ledger(spark, target.ledger.path, keys) if target.delete_mode == "hard" else None
+        # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
+        judged_df = plan.judged_df(ledger_df).persist()
         try:
-            carried_df = events_df
-            # Most batches carry no placeholder and no soft delete: the probe spares them the windows below.
-            if plan.carry_columns and has_unavailable(events_df):
-                with_history = events_df
-                if table_exists(spark, target.path):
-                    current_df = spark.read.format("hudi").load(target.path)
-                    with_history = with_current_rows(events_df, current_df, keys)
-                carried_df = (
-                    with_history.transform(with_carried_values, keys, plan.carry_columns)
-                    .transform(filter_current_rows)
-                )
-            flagged_df = carried_df.transform(with_latest_flag, keys)
-            ledger_df = read_ledger(spark, target.ledger.path, keys) if target.delete_mode == "hard" else None
-            judged_df = with_ledger_verdict(flagged_df, ledger_df, keys).persist()
             counts = _count(judged_df)
+            if counts["pending"]:  # rare: a TOAST placeholder or a soft delete among the rows to write
+                current_df = spark.read.format("hudi").load(target.path) if table_exists(spark, target.path) else None
+                carried_df = plan.carried_df(judged_df, current_df).persist()
+                counts = _count(carried_df)  # materialises the carried rows before their source is released
+                judged_df.unpersist()
+                judged_df = carried_df
             stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
             stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
             # Rows that are neither tombstones nor data changes: truncate and logical-message events.
             stats.skipped = plan.summary.rows_in - counts["events"]
             stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
+            written = F.col(LATEST_COL) & ~F.col(BLOCKED_COL)
             if stats.unresolved:
-                self._warn_unresolved(judged_df, plan)
+                self._warn_unresolved(judged_df.filter(written & is_unresolved()), plan)
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/deletes.py).
             if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
                 write_silver(ledger_changes(judged_df, keys), target.ledger, batch_id, query_id, LEDGER_OPTIONS)
-            latest, blocked = F.col(LATEST_COL), F.col(BLOCKED_COL)
-            rows_df = judged_df.filter(latest & ~blocked).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
+            rows_df = judged_df.filter(written).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
             write_silver(rows_df, target, batch_id, query_id)
         finally:
-            events_df.unpersist()
-            if judged_df is not None:
-                judged_df.unpersist()
+            judged_df.unpersist()
         self.tables.ensure(spark, target)
 
-    def _warn_unresolved(self, judged_df: DataFrame, plan: TablePlan) -> None:
+    def _warn_unresolved(self, unresolved_df: DataFrame, plan: TablePlan) -> None:
         assert plan.record_key is not None
-        sample = unresolved_toast(judged_df.filter(F.col(LATEST_COL) & ~F.col(BLOCKED_COL))).select(
-            *plan.record_key, UNAVAILABLE_COL
-        ).limit(5).collect()
+        sample = unresolved_df.select(*plan.record_key, UNAVAILABLE_COL).limit(5).collect()
         log.warning(
             "%s: %d upserts carry Debezium's unavailable-value placeholder and no earlier version of their key is "
             "known (a primary-key change of a row with TOASTed values?); those columns are written as null. "
@@ -360,17 +345,25 @@ class TablePlan:
     summary: _TopicSummary
     carry_columns: tuple[str, ...] = ()  # columns an event may leave out (app/unavailable.py)
 
-    def flagged_df(self) -> DataFrame:
-        """The events, unavailable values carried within the batch, the latest one per record key flagged."""
+    def judged_df(self, ledger_df: DataFrame | None = None) -> DataFrame:
+        """The events with the latest one per record key flagged, and the delete ledger's verdict."""
         assert self.events_df is not None and self.record_key is not None
+        flagged_df = self.events_df.transform(with_latest_flag, self.record_key)
+        return with_ledger_verdict(flagged_df, ledger_df, self.record_key)
+
+    def carried_df(self, judged_df: DataFrame, current_df: DataFrame | None = None) -> DataFrame:
+        """Unavailable values filled from the key's earlier events, and from `current_df` (the table as it is)."""
+        assert self.record_key is not None
+        with_history = judged_df if current_df is None else with_current_rows(judged_df, current_df, self.record_key)
         return (
-            self.events_df.transform(with_carried_values, self.record_key, self.carry_columns)
-            .transform(with_latest_flag, self.record_key)
+            with_history.transform(with_carried_values, self.record_key, self.carry_columns)
+            .transform(filter_current_rows)
         )
 
     def latest_df(self) -> DataFrame:
-        """The latest event per key, as the Hudi upsert receives it when no delete ledger applies."""
-        return filter_latest(self.flagged_df()).drop(*INTERNAL_COLUMNS)
+        """The latest event per key, values carried within the batch, as the Hudi upsert receives it when no
+        delete ledger applies."""
+        return filter_latest(self.carried_df(self.judged_df())).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
 
 
 def _check_one_topic_per_table(plans: list[TablePlan]) -> None:
@@ -395,18 +388,17 @@ def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
 
 
 def _count(judged_df: DataFrame) -> dict[str, int]:
-    """Events, and among the latest per key: upserts, deletes, blocked, re-inserts, unresolved. One aggregate."""
-    latest, deleted, blocked = F.col(LATEST_COL), F.col(DELETED_COL), F.col(BLOCKED_COL)
-    if SOFT_DELETED_COL in judged_df.columns:
-        deleted = deleted | F.col(SOFT_DELETED_COL)
+    """Events, and among the latest per key: upserts, deletes, blocked, re-inserts, pending (to be written but
+    lacking a value) and unresolved. One aggregate."""
+    latest, deleted, blocked = F.col(LATEST_COL), is_delete(judged_df.columns), F.col(BLOCKED_COL)
     row = judged_df.agg(
         F.count(F.lit(1)).alias("events"),
         F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
         F.count(F.when(latest & deleted, 1)).alias("deletes"),
         F.count(F.when(latest & blocked, 1)).alias("blocked"),
         F.count(F.when(latest & F.col(REINSERT_COL), 1)).alias("reinserts"),
-        F.count(F.when(latest & ~blocked & (F.col(OP_COL) != OP_DELETE) & (F.size(UNAVAILABLE_COL) > 0), 1))
-        .alias("unresolved"),
+        F.count(F.when(latest & ~blocked & is_pending(), 1)).alias("pending"),
+        F.count(F.when(latest & ~blocked & is_unresolved(), 1)).alias("unresolved"),
     ).first()
     assert row is not None  # a global aggregate always returns one row
     return row.asDict()

@@ -29,28 +29,13 @@ from typing import Final
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from app.hudi import table_exists
 from app.position import POSITION_COL
 from app.unwrap import DELETED_COL, LATEST_COL, SOURCE_TS_COL
 
 LEDGER_POSITION_COL: Final = "_cdc_ledger_position"
 BLOCKED_COL: Final = "_cdc_blocked"  # an upsert at or below its key's delete position
 REINSERT_COL: Final = "_cdc_reinsert"  # an upsert above it: the key leaves the ledger
-
-
-def table_exists(spark: SparkSession, path: str) -> bool:
-    """Whether a Hudi table at path has a completed commit (local or any Hadoop file system, s3a included).
-
-    A table whose first commit failed has a `.hoodie` folder but nothing to read yet. Hudi 1.x names a
-    completed instant `<begin>_<end>.<action>` in `.hoodie/timeline/`.
-    """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    completed = jvm.org.apache.hadoop.fs.Path(
-        path.rstrip("/") + "/.hoodie/timeline/*_*.{commit,deltacommit,replacecommit}"
-    )
-    fs = completed.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    found = fs.globStatus(completed)
-    return found is not None and len(found) > 0
 
 
 def read_ledger(spark: SparkSession, path: str, key_columns: Sequence[str]) -> DataFrame | None:

@@ -82,6 +82,22 @@ def write_silver(
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
 
 
+def table_exists(spark: SparkSession, path: str) -> bool:
+    """Whether a Hudi table at path has a completed commit (local or any Hadoop file system, s3a included).
+
+    A table whose first commit failed has a `.hoodie` folder but nothing to read yet. Hudi 1.x names a
+    completed instant `<begin>_<end>.<action>` in `.hoodie/timeline/`.
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    completed = jvm.org.apache.hadoop.fs.Path(
+        path.rstrip("/") + "/.hoodie/timeline/*_*.{commit,deltacommit,replacecommit}"
+    )
+    fs = completed.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    found = fs.globStatus(completed)
+    return found is not None and len(found) > 0
+
+
 class TableRegistry:
     """Registers each Silver table in the metastore once per process, after its first commit exists."""
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from app.unwrap import (
@@ -36,11 +36,6 @@ from app.unwrap import (
 OP_CURRENT: Final = "current"  # marks the table's current rows among a batch's events; never written
 
 
-def has_unavailable(events_df: DataFrame) -> bool:
-    """Whether any event lists an unavailable column (one small Spark job)."""
-    return events_df.filter(F.size(F.col(UNAVAILABLE_COL)) > 0).limit(1).count() > 0
-
-
 def with_current_rows(events_df: DataFrame, current_df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
     """Add the table's current row of each key that has an unavailable column, as an `op=current` event.
 
@@ -48,7 +43,7 @@ def with_current_rows(events_df: DataFrame, current_df: DataFrame, key_columns: 
         events_df: the batch's unwrapped, typed events of one table.
         current_df: the Silver table as read now (columns it lacks, added since, become null).
     """
-    needed = events_df.filter(F.size(F.col(UNAVAILABLE_COL)) > 0).select(*key_columns).distinct()
+    needed = events_df.filter(is_pending()).select(*key_columns).distinct()
     current = current_df.join(needed, list(key_columns), "left_semi")
     available = set(current.columns)
     types = {f.name: f.dataType for f in events_df.schema.fields}
@@ -73,9 +68,14 @@ def filter_current_rows(df: DataFrame) -> DataFrame:
     return df.filter(F.col(OP_COL) != OP_CURRENT)
 
 
-def unresolved_toast(df: DataFrame) -> DataFrame:
-    """Upserts still missing a column after carrying: a TOAST placeholder with no previous version known.
+def is_pending() -> Column:
+    """An event that lists an unavailable column (before carrying: it needs the key's history)."""
+    return F.size(F.col(UNAVAILABLE_COL)) > 0
+
+
+def is_unresolved() -> Column:
+    """An upsert still missing a column after carrying: a TOAST placeholder with no previous version known.
 
     (A delete missing columns is fine: a soft delete keeps its before image then.)
     """
-    return df.filter((F.size(F.col(UNAVAILABLE_COL)) > 0) & (F.col(OP_COL) != OP_DELETE))
+    return is_pending() & (F.col(OP_COL) != OP_DELETE)

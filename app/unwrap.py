@@ -142,6 +142,14 @@ def with_soft_deletes(df: DataFrame, key_columns: Sequence[str], value_columns: 
 _SEGMENT_COL: Final = "_cdc_segment"
 
 
+def is_delete(columns: Sequence[str]) -> Column:
+    """A delete event: a hard delete, or a soft-deleted row (when the frame has the soft-delete flag)."""
+    delete = F.col(OP_COL) == OP_DELETE
+    if SOFT_DELETED_COL in columns:
+        delete = delete | F.coalesce(F.col(SOFT_DELETED_COL), F.lit(False))
+    return delete
+
+
 def _source_order(key_columns: Sequence[str]) -> WindowSpec:
     return Window.partitionBy(*key_columns).orderBy(F.col(POSITION_COL), F.col(OFFSET_COL))
 
@@ -163,11 +171,9 @@ def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequ
     # A delete ends a key's history: the first upsert after it (a re-insert, or a primary-key change into the
     # key) starts a new segment and never takes a value from the delete or from before it. A delete after a
     # delete (a redelivered one, or a soft-deleted current row) stays in the segment and keeps its values.
-    is_delete = F.col(OP_COL) == OP_DELETE
-    if SOFT_DELETED_COL in df.columns:
-        is_delete = is_delete | F.coalesce(F.col(SOFT_DELETED_COL), F.lit(False))
+    delete = is_delete(df.columns)
     order = _source_order(key_columns)
-    restart = ~is_delete & F.coalesce(F.lag(is_delete).over(order), F.lit(False))
+    restart = ~delete & F.coalesce(F.lag(delete).over(order), F.lit(False))
     segmented = df.withColumn(
         _SEGMENT_COL, F.sum(restart.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0))
     )

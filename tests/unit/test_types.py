@@ -49,10 +49,6 @@ def _utc(iso: str) -> int:
     return (instant - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
-def _as_utc(values: list[Any]) -> list[Any]:
-    return values
-
-
 def test_date_days_with_pre_1970_and_infinity(spark: SparkSession) -> None:
     days = [19782, -25567, -719162, 0, -622191234, -625821272, -2147472692, -2147472691, None]
 
@@ -75,13 +71,13 @@ def test_timestamps_millis_micros_nanos_and_infinity(spark: SparkSession) -> Non
     nanos = {"type": "long", "connect.name": "io.debezium.time.NanoTimestamp"}
     top, bottom = _utc("9999-12-31 23:59:59.999999"), _utc("0001-01-01 00:00:00")
 
-    assert _as_utc(_convert(spark, millis, LongType(), [1709210096789, -1, 9223372036825200, -9223372036832400])) == [
+    assert _convert(spark, millis, LongType(), [1709210096789, -1, 9223372036825200, -9223372036832400]) == [
         _utc("2024-02-29 12:34:56.789"), _utc("1969-12-31 23:59:59.999"), top, bottom,
     ]
-    assert _as_utc(_convert(spark, micros, LongType(), [
+    assert _convert(spark, micros, LongType(), [
         1709210096123456, -2208988799999999, 9223372036825200000, -9223372036832400000,
-    ])) == [_utc("2024-02-29 12:34:56.123456"), _utc("1900-01-01 00:00:00.000001"), top, bottom]
-    assert _as_utc(_convert(spark, nanos, LongType(), [1704103872123456789, -1])) == [
+    ]) == [_utc("2024-02-29 12:34:56.123456"), _utc("1900-01-01 00:00:00.000001"), top, bottom]
+    assert _convert(spark, nanos, LongType(), [1704103872123456789, -1]) == [
         _utc("2024-01-01 10:11:12.123456"), _utc("1969-12-31 23:59:59.999999"),
     ]
 
@@ -90,7 +86,7 @@ def test_zoned_timestamp_text_and_infinity(spark: SparkSession) -> None:
     avro = {"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}
     raw = ["2024-02-29T10:34:56.123456Z", "infinity", "-infinity", "+292269055-12-02T23:00:00.000000Z"]
 
-    assert _as_utc(_convert(spark, avro, StringType(), raw)) == [
+    assert _convert(spark, avro, StringType(), raw) == [
         _utc("2024-02-29 10:34:56.123456"), _utc("9999-12-31 23:59:59.999999"), _utc("0001-01-01 00:00:00"),
         _utc("0001-01-01 00:00:00"),
     ]
