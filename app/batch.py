@@ -29,10 +29,10 @@ from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
 from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, with_ledger_verdict
 from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
-from app.framing import with_framing
+from app.framing import Framing, with_framing
 from app.hudi import LEDGER_OPTIONS, HudiTarget, TableRegistry, table_exists, write_silver
 from app.position import connector_kind
-from app.registry import RegistryClient
+from app.registry import RegistryClient, SchemaRef
 from app.route import TableRoute, route_topic
 from app.types import placeholder_tests, reader_schema, with_debezium_types
 from app.unavailable import filter_current_rows, is_pending, is_unresolved, with_current_rows
@@ -64,7 +64,7 @@ class TableBatchStats:
     superseded: int = 0
     blocked: int = 0
     unresolved: int = 0
-    schema_ids: list[int] = field(default_factory=list)
+    schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
 
     def log_line(self, batch_id: int) -> str:
@@ -135,7 +135,7 @@ class BatchProcessor:
             SchemaDecodeError: a value lacks the framing.
             EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
         """
-        framed_df = with_framing(raw_df)
+        framed_df = with_framing(raw_df, Framing(self.config.source.framing, self.config.source.id_type))
         summary = self._summarize(framed_df)
         self._check_framing(framed_df, summary)
         plans = [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
@@ -143,9 +143,14 @@ class BatchProcessor:
         return plans
 
     def _summarize(self, framed_df: DataFrame) -> dict[str, _TopicSummary]:
-        """One aggregate: per topic and (key id, value id, framed), record count. Drives everything after."""
+        """One aggregate: per topic, key and value schema reference and whether framing failed, record count.
+        Drives everything after."""
         rows = (
-            framed_df.groupBy("topic", "key_schema_id", "value_schema_id", "value_framed")
+            framed_df.groupBy(
+                "topic", "key_id_type", "key_schema_id", "value_id_type", "value_schema_id",
+                F.col("key_frame_error").isNotNull().alias("key_bad"),
+                F.col("value_frame_error").isNotNull().alias("value_bad"),
+            )
             .agg(F.count(F.lit(1)).alias("n"))
             .collect()
         )
@@ -153,24 +158,37 @@ class BatchProcessor:
         for row in rows:
             s = summary[row["topic"]]
             s.rows_in += row["n"]
-            if not row["value_framed"]:
+            if row["key_bad"]:
+                s.key_unframed += row["n"]
+            if row["value_bad"]:
                 s.unframed += row["n"]
             elif row["value_schema_id"] is None:
                 s.tombstones += row["n"]
             else:
-                s.value_ids.add(row["value_schema_id"])
+                s.value_ids.add(SchemaRef(row["value_id_type"], row["value_schema_id"]))
             if row["key_schema_id"] is not None:
-                s.key_ids.add(row["key_schema_id"])
+                s.key_ids.add(SchemaRef(row["key_id_type"], row["key_schema_id"]))
         return dict(summary)
 
     def _check_framing(self, framed_df: DataFrame, summary: dict[str, _TopicSummary]) -> None:
-        if not any(s.unframed for s in summary.values()):
+        """A value that cannot be split stops the batch; so does a key, unless its table's record key is set
+        in config (then the key bytes are not read, and any key converter will do)."""
+        bad_values = [t for t, s in summary.items() if s.unframed]
+        bad_keys = [t for t, s in summary.items() if s.key_unframed and not route_topic(t, self.config).record_key]
+        if not bad_values and not bad_keys:
             return
-        bad = framed_df.filter(~F.col("value_framed")).select("topic", "partition", "offset").first()
+        bad_value = F.col("topic").isin(bad_values) & F.col("value_frame_error").isNotNull()
+        bad_key = F.col("topic").isin(bad_keys) & F.col("key_frame_error").isNotNull()
+        bad = (
+            framed_df.filter(bad_value | bad_key)
+            .select("topic", "partition", "offset", "key_frame_error", "value_frame_error")
+            .orderBy("topic", "partition", "offset")
+            .first()
+        )
         assert bad is not None  # the summary counted at least one such row
+        side = "value" if bad["topic"] in bad_values and bad["value_frame_error"] is not None else "key"
         raise SchemaDecodeError(
-            bad["topic"], bad["partition"], bad["offset"], None,
-            "value lacks the 0x00 + 4-byte schema id framing",
+            bad["topic"], bad["partition"], bad["offset"], None, f"{side} {bad[f'{side}_frame_error']}"
         )
 
     def _plan_topic(self, framed_df: DataFrame, topic: str, summary: _TopicSummary) -> TablePlan:
@@ -180,7 +198,7 @@ class BatchProcessor:
         if not summary.value_ids:  # only tombstones
             return TablePlan(route, None, None, None, stats, summary)
         topic_df = framed_df.filter(F.col("topic") == topic)
-        slices = [self._decode_slice(topic_df, schema_id, topic) for schema_id in sorted(summary.value_ids)]
+        slices = [self._decode_slice(topic_df, ref, topic) for ref in sorted(summary.value_ids)]
         record_key = self._record_key(route, summary.key_ids)
         target = None
         if record_key is not None:
@@ -278,20 +296,20 @@ class BatchProcessor:
             )
         plan.stats.skipped = plan.summary.rows_in
 
-    def _decode_slice(self, topic_df: DataFrame, schema_id: int, topic: str) -> _Slice:
-        schema_json = self.registry.get_schema(schema_id)
+    def _decode_slice(self, topic_df: DataFrame, ref: SchemaRef, topic: str) -> _Slice:
+        schema_json = self.registry.get_schema(ref.id, ref.id_type)
         try:
             value_fields = _value_fields(schema_json)
             source_fields = [f["name"] for f in record_fields(schema_json, "source")]
         except ValueError as e:
-            raise EnvelopeError(f"{topic}: writer schema {schema_id} is not a Debezium envelope: {e}") from e
+            raise EnvelopeError(f"{topic}: writer schema {ref} is not a Debezium envelope: {e}") from e
         try:
             connector = connector_kind(source_fields)
         except EnvelopeError as e:
-            raise EnvelopeError(f"{topic}: writer schema {schema_id}: {e}") from e
+            raise EnvelopeError(f"{topic}: writer schema {ref}: {e}") from e
         placeholders = placeholder_tests(value_fields, schema_json)
         value_columns = [f["name"] for f in value_fields]
-        slice_df = topic_df.filter(F.col("value_schema_id") == schema_id)
+        slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
         events_df = (
             decode_value(slice_df, reader_schema(schema_json))
             .transform(filter_data_changes)
@@ -300,7 +318,7 @@ class BatchProcessor:
         )
         return _Slice(events_df, tuple(value_columns), tuple(placeholders))
 
-    def _record_key(self, route: TableRoute, key_ids: set[int]) -> tuple[str, ...] | None:
+    def _record_key(self, route: TableRoute, key_ids: set[SchemaRef]) -> tuple[str, ...] | None:
         """Record key: the configured override, else the fields of the Debezium key schema.
 
         None when no record of the batch has a key (truncate events only, or a table without a primary key).
@@ -309,7 +327,10 @@ class BatchProcessor:
             return route.record_key
         if not key_ids:
             return None
-        key_sets = {tuple(f["name"] for f in record_fields(self.registry.get_schema(i))) for i in sorted(key_ids)}
+        key_sets = {
+            tuple(f["name"] for f in record_fields(self.registry.get_schema(ref.id, ref.id_type)))
+            for ref in sorted(key_ids)
+        }
         if len(key_sets) > 1:
             raise EnvelopeError(f"{route.topic}: key schemas {sorted(key_ids)} disagree on fields {sorted(key_sets)}")
         return key_sets.pop()
@@ -319,9 +340,10 @@ class BatchProcessor:
 class _TopicSummary:
     rows_in: int = 0
     tombstones: int = 0
-    unframed: int = 0
-    key_ids: set[int] = field(default_factory=set)
-    value_ids: set[int] = field(default_factory=set)
+    unframed: int = 0  # records whose value framing failed
+    key_unframed: int = 0
+    key_ids: set[SchemaRef] = field(default_factory=set)
+    value_ids: set[SchemaRef] = field(default_factory=set)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,10 @@ import yaml
 
 from app.errors import ConfigError
 
-FRAMING_CONFLUENT: Final = "confluent"  # 0x00 + 4-byte big-endian schema id + Avro body
+# How the source's converter frames ids (app/framing.py): ids in Apicurio headers, 0x00 + 8-byte id, 0x00 + 4-byte
+# id (Confluent compatible), or detected per record.
+FramingMode = Literal["headers", "id8", "id4", "auto"]
+IdType = Literal["contentId", "globalId"]
 # hard: a delete removes the row (its position kept in the table's delete ledger); soft: the row stays, flagged.
 DeleteMode = Literal["hard", "soft"]
 
@@ -34,10 +37,44 @@ class KafkaConfig:
     options: dict[str, str] = field(default_factory=dict)
 
 
+AUTH_FIELDS: Final = {
+    "none": (),
+    "basic": ("username", "password_env"),
+    "oidc": ("client_id", "client_secret_env", "token_url"),
+}
+
+
+@dataclass(frozen=True)
+class RegistryAuthConfig:
+    """How the registry client authenticates. Secrets are named by environment variable, never written here.
+
+    basic: HTTP Basic with `username` and the password in `$<password_env>` (Apicurio exchanges them at its OIDC
+    token endpoint). oidc: OAuth2 client credentials at `token_url` with `client_id` and the secret in
+    `$<client_secret_env>`; the bearer token is renewed `refresh_margin_s` before it expires.
+    """
+
+    type: Literal["none", "basic", "oidc"] = "none"
+    username: str | None = None
+    password_env: str | None = None
+    client_id: str | None = None
+    client_secret_env: str | None = None
+    token_url: str | None = None
+    scope: str | None = None
+    refresh_margin_s: float = 30.0
+
+    def secret(self) -> str:
+        """The password (basic) or client secret (oidc), read from the environment; empty for none."""
+        env = self.password_env if self.type == "basic" else self.client_secret_env
+        return os.environ.get(env, "") if env else ""
+
+
 @dataclass(frozen=True)
 class RegistryConfig:
     url: str
-    id_type: Literal["contentId", "globalId"] = "contentId"
+    # v3 and v2: Apicurio's own APIs; ccompat: its Confluent-compatible API (/apis/ccompat/v7), where an id is a
+    # contentId unless the registry runs in legacy-id mode (then a globalId).
+    api: Literal["v3", "v2", "ccompat"] = "v3"
+    auth: RegistryAuthConfig = field(default_factory=RegistryAuthConfig)
     timeout_s: float = 10.0
     retries: int = 4
     backoff_s: float = 0.5
@@ -46,7 +83,8 @@ class RegistryConfig:
 @dataclass(frozen=True)
 class SourceConfig:
     topic_prefix: str
-    framing: Literal["confluent"] = FRAMING_CONFLUENT
+    framing: FramingMode = "id4"
+    id_type: IdType = "contentId"  # the id a 0x00-prefixed framing carries; header framing names its own
 
 
 @dataclass(frozen=True)
@@ -224,6 +262,7 @@ def _check_semantics(config: JobConfig) -> None:
         raise ConfigError("registry.timeout_s", "must be > 0")
     if config.registry.backoff_s < 0:
         raise ConfigError("registry.backoff_s", "must be >= 0")
+    _check_auth(config.registry.auth)
     if config.kafka.max_offsets_per_trigger is not None and config.kafka.max_offsets_per_trigger < 1:
         raise ConfigError("kafka.max_offsets_per_trigger", "must be >= 1 (leave it out for no limit)")
     if not _INTERVAL.fullmatch(config.trigger.processing_time):
@@ -244,6 +283,25 @@ def _check_semantics(config: JobConfig) -> None:
             raise ConfigError(f"tables.{source_table}.name", f"not a valid table name: {table.name!r}")
         if table.record_key is not None and not table.record_key:
             raise ConfigError(f"tables.{source_table}.record_key", "must list at least one column")
+
+
+def _check_auth(auth: RegistryAuthConfig) -> None:
+    needed = AUTH_FIELDS[auth.type]
+    for name in ("username", "password_env", "client_id", "client_secret_env", "token_url", "scope"):
+        value = getattr(auth, name)
+        allowed = needed + (("scope",) if auth.type == "oidc" else ())
+        if value is not None and name not in allowed:
+            raise ConfigError(f"registry.auth.{name}", f"does not apply to auth type {auth.type}")
+        if value is None and name in needed:
+            raise ConfigError(f"registry.auth.{name}", f"required for auth type {auth.type}")
+    env = auth.password_env or auth.client_secret_env
+    if env is not None and env not in os.environ:
+        raise ConfigError(f"registry.auth.{'password_env' if auth.password_env else 'client_secret_env'}",
+                          f"environment variable {env} is not set")
+    if auth.token_url is not None and not auth.token_url.startswith(("http://", "https://")):
+        raise ConfigError("registry.auth.token_url", f"expected an http(s) URL, got {auth.token_url!r}")
+    if auth.refresh_margin_s < 0:
+        raise ConfigError("registry.auth.refresh_margin_s", "must be >= 0")
 
 
 def _join(prefix: str, name: str) -> str:

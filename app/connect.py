@@ -1,8 +1,8 @@
 """Kafka Connect REST client: register the Debezium PostgreSQL connector with the Apicurio Avro converter.
 
 Used by the demo and the end-to-end tests against the local stack; the connector config mirrors what a user
-deploys on MSK Connect. Converter settings write Confluent-compatible framing (0x00 + 4-byte contentId) with
-the Apicurio 2.6 converter: headers off, as-confluent, use-id=contentId.
+deploys on MSK Connect. `converter_config` gives the Apicurio 2.6 converter settings that produce each wire
+framing the job reads (app/framing.py); the default is Confluent-compatible `0x00` + 4-byte contentId.
 """
 from __future__ import annotations
 
@@ -25,27 +25,50 @@ class PostgresSource:
     dbname: str
 
 
-def converter_config(registry_url: str) -> dict[str, str]:
-    """Key and value converter settings for Apicurio framing `0x00` + 4-byte contentId."""
+def converter_config(registry_url: str, framing: str = "id4", id_type: str = "contentId") -> dict[str, str]:
+    """Key and value converter settings for one wire framing of the Apicurio 2.6 Avro converter.
+
+    Args:
+        registry_url: the registry's base URL; the 2.6 converter talks to its v2 API.
+        framing: "headers" (ids in record headers `apicurio.{key,value}.<id_type>`, 8 bytes, raw Avro body;
+            the 2.6 converter's default), "id8" (`0x00` + 8-byte id: headers off, the default id handler) or
+            "id4" (`0x00` + 4-byte id: headers off, as-confluent, which picks the 4-byte id handler).
+        id_type: which id the converter writes (`apicurio.registry.use-id`): "contentId" or "globalId".
+    """
+    if framing not in ("headers", "id8", "id4"):
+        raise ValueError(f"framing must be headers, id8 or id4; got {framing!r}")
+    if id_type not in ("contentId", "globalId"):
+        raise ValueError(f"id_type must be contentId or globalId; got {id_type!r}")
+    per_side: dict[str, str] = {
+        "apicurio.registry.url": f"{registry_url.rstrip('/')}/apis/registry/v2",
+        "apicurio.registry.auto-register": "true",
+        "apicurio.registry.find-latest": "true",
+        "apicurio.registry.use-id": id_type,
+        "apicurio.registry.headers.enabled": str(framing == "headers").lower(),
+    }
+    if framing == "id8":
+        per_side["apicurio.registry.id-handler"] = "io.apicurio.registry.serde.DefaultIdHandler"
+    if framing == "id4":
+        per_side["apicurio.registry.as-confluent"] = "true"
     conf: dict[str, str] = {}
     for side in ("key", "value"):
-        prefix = f"{side}.converter"
-        conf.update({
-            prefix: "io.apicurio.registry.utils.converter.AvroConverter",
-            f"{prefix}.apicurio.registry.url": f"{registry_url.rstrip('/')}/apis/registry/v2",
-            f"{prefix}.apicurio.registry.auto-register": "true",
-            f"{prefix}.apicurio.registry.find-latest": "true",
-            f"{prefix}.apicurio.registry.headers.enabled": "false",
-            f"{prefix}.apicurio.registry.as-confluent": "true",
-            f"{prefix}.apicurio.registry.use-id": "contentId",
-        })
+        conf[f"{side}.converter"] = "io.apicurio.registry.utils.converter.AvroConverter"
+        conf.update({f"{side}.converter.{k}": v for k, v in per_side.items()})
     return conf
 
 
 def postgres_connector_config(
-    name: str, source: PostgresSource, topic_prefix: str, schemas: list[str], registry_url: str
+    name: str,
+    source: PostgresSource,
+    topic_prefix: str,
+    schemas: list[str],
+    registry_url: str,
+    *,
+    framing: str = "id4",
+    id_type: str = "contentId",
 ) -> dict[str, str]:
-    """A Debezium PostgreSQL connector (pgoutput) capturing `schemas` into `<topic_prefix>.<schema>.<table>`."""
+    """A Debezium PostgreSQL connector (pgoutput) capturing `schemas` into `<topic_prefix>.<schema>.<table>`,
+    its converters writing `framing` with `id_type` ids (see converter_config)."""
     return {
         "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
         "plugin.name": "pgoutput",
@@ -61,7 +84,7 @@ def postgres_connector_config(
         "publication.autocreate.mode": "filtered",
         "schema.name.adjustment.mode": "avro",
         "snapshot.mode": "initial",
-        **converter_config(registry_url),
+        **converter_config(registry_url, framing, id_type),
     }
 
 

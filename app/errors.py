@@ -25,6 +25,14 @@ class RegistryError(PipelineError):
         super().__init__(f"schema id {schema_id} at {url}{status}: {message}")
 
 
+class RegistryAuthError(PipelineError):
+    """The registry's token endpoint refused or failed; names the endpoint, never the secret."""
+
+    def __init__(self, url: str, message: str) -> None:
+        self.url = url
+        super().__init__(f"registry authentication at {url}: {message}")
+
+
 class SchemaDecodeError(PipelineError):
     """A Kafka record could not be decoded; names the record and the writer schema id."""
 

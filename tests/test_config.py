@@ -110,9 +110,9 @@ def test_wrong_type_bool_for_int() -> None:
 
 def test_bad_literal() -> None:
     raw = _minimal()
-    raw["registry"]["id_type"] = "foo"
+    raw["source"]["framing"] = "confluent"
 
-    _assert_names_key(_config_error(raw), "registry.id_type", "must be one of contentId, globalId")
+    _assert_names_key(_config_error(raw), "source.framing", "must be one of headers, id8, id4, auto")
 
 
 def test_null_for_required_value() -> None:
@@ -176,11 +176,13 @@ kafka:
   starting_offsets: latest
 registry:
   url: http://127.0.0.1:8080
-  id_type: globalId
+  api: ccompat
   timeout_s: 5
   retries: 2
 source:
   topic_prefix: cdc
+  framing: headers
+  id_type: globalId
 lake:
   database: silver
   silver_path: /tmp/lake/silver
@@ -200,7 +202,8 @@ tables:
 
     assert config.kafka.topic_pattern == r"cdc\.public\..*"
     assert config.kafka.starting_offsets == "latest"
-    assert config.registry == RegistryConfig(url="http://127.0.0.1:8080", id_type="globalId", timeout_s=5.0, retries=2)
+    assert config.registry == RegistryConfig(url="http://127.0.0.1:8080", api="ccompat", timeout_s=5.0, retries=2)
+    assert (config.source.framing, config.source.id_type) == ("headers", "globalId")
     assert isinstance(config.registry.timeout_s, float)
     assert config.spark.conf == {"spark.sql.shuffle.partitions": "4"}
     assert config.table_config("public", "orders") == TableConfig(record_key=["order_id"])
@@ -274,3 +277,48 @@ def test_delete_mode_must_be_hard_or_soft(where: str, key: str) -> None:
         raw["tables"] = {"public.orders": {"delete_mode": "purge"}}
 
     _assert_names_key(_config_error(raw), key, "must be one of hard, soft")
+
+
+def test_registry_auth_oidc_reads_the_secret_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REGISTRY_CLIENT_SECRET", "s3cret")
+    raw = _minimal()
+    raw["registry"]["auth"] = {
+        "type": "oidc", "client_id": "cdc-job", "client_secret_env": "REGISTRY_CLIENT_SECRET",
+        "token_url": "https://idp.example/token", "scope": "registry", "refresh_margin_s": 20,
+    }
+
+    config = parse_config(raw)
+
+    assert config.registry.auth.secret() == "s3cret"
+    assert "s3cret" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("auth", "key", "message"),
+    [
+        ({"type": "basic", "username": "u"}, "registry.auth.password_env", "required for auth type basic"),
+        ({"type": "basic", "username": "u", "password_env": "NOT_SET_ANYWHERE_42"}, "registry.auth.password_env",
+         "environment variable NOT_SET_ANYWHERE_42 is not set"),
+        ({"type": "oidc", "client_id": "c", "client_secret_env": "HOME"}, "registry.auth.token_url",
+         "required for auth type oidc"),
+        ({"type": "oidc", "client_id": "c", "client_secret_env": "HOME", "token_url": "idp/token"},
+         "registry.auth.token_url", "expected an http(s) URL"),
+        ({"type": "none", "username": "u"}, "registry.auth.username", "does not apply to auth type none"),
+        ({"type": "basic", "username": "u", "password_env": "HOME", "scope": "x"}, "registry.auth.scope",
+         "does not apply to auth type basic"),
+        ({"type": "basic", "username": "u", "password": "inline"}, "registry.auth.password", "unknown key"),
+        ({"type": "kerberos"}, "registry.auth.type", "must be one of none, basic, oidc"),
+    ],
+)
+def test_registry_auth_is_validated(auth: dict, key: str, message: str) -> None:
+    raw = _minimal()
+    raw["registry"]["auth"] = auth
+
+    _assert_names_key(_config_error(raw), key, message)
+
+
+def test_registry_id_type_moved_to_the_source_is_an_unknown_key() -> None:
+    raw = _minimal()
+    raw["registry"]["id_type"] = "globalId"
+
+    _assert_names_key(_config_error(raw), "registry.id_type", "unknown key")

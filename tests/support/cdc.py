@@ -42,11 +42,18 @@ def debezium_connector(
     schemas: list[str],
     source: PostgresSource = SOURCE,
     settings: dict[str, str] | None = None,
+    *,
+    framing: str = "id4",
+    id_type: str = "contentId",
 ) -> Iterator[ConnectClient]:
     """Register a connector for `schemas`, wait until it runs; delete it and drop its slot and publication
-    afterwards. `settings` add or override connector settings (e.g. decimal.handling.mode)."""
+    afterwards. `settings` add or override connector settings (e.g. decimal.handling.mode); `framing` and
+    `id_type` choose the converters' wire framing (app/connect.converter_config)."""
     client = ConnectClient(CONNECT_URL)
-    config = {**postgres_connector_config(name, source, topic_prefix, schemas, REGISTRY_URL), **(settings or {})}
+    base = postgres_connector_config(
+        name, source, topic_prefix, schemas, REGISTRY_URL, framing=framing, id_type=id_type
+    )
+    config = {**base, **(settings or {})}
     client.put_connector(name, config)
     client.wait_running(name)
     try:
