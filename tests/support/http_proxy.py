@@ -12,21 +12,23 @@ import threading
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import cast
+
+from tests.support.local_server import LocalServer
 
 log = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 10.0
-POLL_INTERVAL_S = 0.02
 
 
-class CountingProxy:
+class CountingProxy(LocalServer):
     """Forward GETs to `upstream`, count them, and inject failures on demand.
 
     Use it as a context manager, or call start() and stop(). Counters and failure settings are guarded by a lock
     because ThreadingHTTPServer serves each request on its own thread.
     """
+
+    thread_name = "counting-proxy"
 
     def __init__(self, upstream: str) -> None:
         """Create a proxy; it listens only once started.
@@ -34,13 +36,12 @@ class CountingProxy:
         Args:
             upstream: base URL the request path is appended to, e.g. http://127.0.0.1:8080.
         """
+        super().__init__()
         self.upstream = upstream.rstrip("/")
         self._lock = threading.Lock()
         self._paths: list[str] = []
         self._fail_remaining = 0
         self._fail_status = 503
-        self._server: _ProxyServer | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -78,39 +79,8 @@ class CountingProxy:
             self._paths.clear()
             self._fail_remaining = 0
 
-    def start(self) -> CountingProxy:
-        """Listen on a free port of 127.0.0.1 and serve on a daemon thread."""
-        self._server = _ProxyServer(("127.0.0.1", 0), _ProxyHandler, self)
-        # shutdown() waits for the serve loop's next poll; the default 0.5 s poll would slow every test's teardown.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": POLL_INTERVAL_S},
-            name="counting-proxy",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> CountingProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _make_server(self) -> ThreadingHTTPServer:
+        return _ProxyServer(("127.0.0.1", 0), _ProxyHandler, self)
 
     def _record(self, path: str) -> int | None:
         """Count a request; return the status to inject, or None to forward it."""
