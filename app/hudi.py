@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from app.lakefs import list_files
 from app.position import POSITION_COL
 from app.unwrap import DELETED_COL
 
@@ -122,13 +122,15 @@ class TableRegistry:
 COMMIT_ACTIONS = ("commit", "deltacommit", "replacecommit")
 
 
-def completed_instants(table_path: str | Path, actions: tuple[str, ...] = COMMIT_ACTIONS) -> list[str]:
-    """Begin times of a local table's completed instants, oldest first (Hudi 1.x `.hoodie/timeline/` layout:
-    `<begin>_<end>.<action>` for completed instants). Compaction and clean instants are left out by default."""
-    timeline = Path(table_path) / ".hoodie" / "timeline"
+def completed_instants(
+    spark: SparkSession, table_path: str, actions: tuple[str, ...] = COMMIT_ACTIONS
+) -> list[str]:
+    """Begin times of a table's completed instants, oldest first, on any Hadoop file system (Hudi 1.x
+    `.hoodie/timeline/` layout: `<begin>_<end>.<action>` for completed instants; archived ones, below
+    `history/`, are not listed). Compaction and clean instants are left out by default."""
     instants = []
-    for f in timeline.glob("*_*.*"):
-        stem, _, action = f.name.partition(".")
-        if action in actions:
+    for name in list_files(spark, f"{table_path.rstrip('/')}/.hoodie/timeline"):
+        stem, _, action = name.partition(".")
+        if "/" not in name and "_" in stem and action in actions:
             instants.append(stem.split("_")[0])
     return sorted(instants)

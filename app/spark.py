@@ -14,6 +14,16 @@ from app.config import MetastoreConfig, SparkConfig
 
 log = logging.getLogger(__name__)
 
+# Spark's checkpoint manager for object stores (spark-hadoop-cloud): no rename, an aborted write leaves nothing.
+ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
+OBJECT_STORE_SCHEMES = ("s3a://", "s3://")
+
+
+def is_object_store(path: str) -> bool:
+    """Whether a lake path is on S3 (s3a:// locally and on EMR with hadoop-aws, s3:// with EMRFS)."""
+    return path.startswith(OBJECT_STORE_SCHEMES)
+
+
 # Hudi's required session settings (Hudi quick start for Spark 3.5).
 HUDI_CONF = {
     "spark.serializer": "org.apache.spark.serializer.KryoSerializer",

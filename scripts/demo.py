@@ -16,7 +16,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from app.config import JobConfig, load_config  # noqa: E402
 from app.connect import ConnectClient, PostgresSource, postgres_connector_config  # noqa: E402
 from app.hudi import completed_instants  # noqa: E402
+from app.lakefs import delete_path  # noqa: E402
 from app.spark import build_session  # noqa: E402
 from scripts import tickit  # noqa: E402
 
@@ -59,8 +59,11 @@ def reset(config: JobConfig, connect: ConnectClient, conn: psycopg.Connection) -
             future.result()
         _wait_topics_gone(admin, topics)
     tickit.drop(conn)
+    # Through Hadoop's FileSystem: the lake may be on s3a:// (the default) or local disk. The session stays
+    # up for report(), which gets the same one.
+    spark = build_session("cdc-demo-report", config.spark, config.metastore)
     for path in (config.lake.silver_path, config.lake.bronze_path, config.lake.checkpoint_path):
-        shutil.rmtree(path, ignore_errors=True)
+        delete_path(spark, path)
 
 
 def _wait_topics_gone(admin: AdminClient, topics: list[str]) -> None:
@@ -127,7 +130,7 @@ def report(config: JobConfig, conn: psycopg.Connection) -> bool:
         print(f"{silver:<28}{pg_count:>10}{hudi_count:>10}  {'ok' if match else 'MISMATCH'}")
 
     path = config.lake.table_path("ecomm_listing")
-    instants = completed_instants(path)
+    instants = completed_instants(spark, path)
     first = instants[0]
     before = spark.read.format("hudi").option("as.of.instant", first).load(path)
     now = spark.read.format("hudi").load(path)

@@ -9,4 +9,6 @@ cd "$ROOT"
 scripts/setup.sh
 scripts/stack.sh up
 export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
+# The stack's S3 server takes any key; these only apply when no AWS credentials are set.
+export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}
 exec .venv/bin/python scripts/demo.py "$@"

@@ -115,6 +115,10 @@ def resolve(name: str, artifacts: list[Artifact], force: bool) -> None:
             if exclude:
                 args.append(f"-DexcludeGroupIds={','.join(exclude)}")
             mvn(args, work)
+            # excludeGroupIds filters the set's listed artifacts too: copy those of an excluded group one by one.
+            for a in jars:
+                if a.group in exclude:
+                    mvn(["dependency:copy", f"-Dartifact={a.coords}", f"-DoutputDirectory={dest}"], work)
         for a in archives:
             (work / "pom.xml").write_text(pom([]))
             mvn(["dependency:copy", f"-Dartifact={a.coords}", f"-DoutputDirectory={work}"], work)

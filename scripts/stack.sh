@@ -4,6 +4,9 @@
 #   Kafka 3.9 broker (single-node KRaft)
 #   Apicurio Registry 3.0 (SQL storage in the stack's PostgreSQL: it lives and dies with the Kafka data)
 #   Kafka Connect 3.9 (distributed, one worker) with the Debezium PostgreSQL connector + Apicurio converter
+#   S3 API: moto's server (in memory), bucket `lake` for Silver, Bronze and checkpoints on s3a://lake/
+#   A restart of the S3 server empties the lake and the checkpoints together: the next run of the job reads
+#   Kafka from the configured start and rebuilds every table. Kafka, the registry and the databases keep theirs.
 #
 # usage: scripts/stack.sh up | down [service...] | reset | status
 #   up      install what is missing, start what is not running, wait until each service answers
@@ -26,6 +29,8 @@ KAFKA_PORT=${KAFKA_PORT:-9092}
 CONTROLLER_PORT=${CONTROLLER_PORT:-9093}
 REGISTRY_PORT=${REGISTRY_PORT:-8080}
 CONNECT_PORT=${CONNECT_PORT:-8083}
+S3_PORT=${S3_PORT:-9000}
+S3_BUCKET=${S3_BUCKET:-lake}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 # Local-only credentials for the loopback database; production secrets never pass through this script.
 export PGPASSWORD=${PGPASSWORD:-postgres}
@@ -55,7 +60,7 @@ alive() { # alive NAME: the recorded pid runs and is still our java/postgres (a 
   local f=$PIDS/$1.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres'
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres|moto'
 }
 
 wait_for() { # wait_for NAME SECONDS COMMAND...
@@ -72,7 +77,8 @@ wait_for() { # wait_for NAME SECONDS COMMAND...
 psql_admin() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -v ON_ERROR_STOP=1 -qAt "$@"; }
 
 ensure_installed() {
-  "$ROOT/scripts/setup.sh" system jars
+  # python: the S3 server (moto) runs from the project virtualenv.
+  "$ROOT/scripts/setup.sh" system jars python
 }
 
 start_postgres() {
@@ -164,6 +170,16 @@ start_registry() {
   wait_for registry 120 curl -sf "http://127.0.0.1:$REGISTRY_PORT/apis/registry/v3/system/info"
 }
 
+start_s3() {
+  if alive s3; then log "s3 already running (pid $(cat "$PIDS/s3.pid"))"; return; fi
+  nohup "$ROOT/.venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >> "$LOGS/s3.log" 2>&1 &
+  echo $! > "$PIDS/s3.pid"
+  wait_for s3 60 curl -sf "http://127.0.0.1:$S3_PORT/moto-api/"
+  # Any access key works with moto; PUT on an existing bucket of the same owner is a no-op.
+  curl -sf -X PUT "http://127.0.0.1:$S3_PORT/$S3_BUCKET" >/dev/null
+  log "bucket s3a://$S3_BUCKET/ ready"
+}
+
 plugin_dir() {
   # One Connect plugin: the Debezium connector with the Apicurio converter beside it (plugin isolation loads
   # the converter named in a connector config from the connector's own folder).
@@ -231,13 +247,14 @@ cmd_up() {
   start_kafka
   start_registry
   start_connect
+  start_s3
   log "up in $((SECONDS - start))s"
   cmd_status
 }
 
 cmd_down() { # cmd_down [NAME...]: the named services, or all, in reverse start order
   local name
-  for name in connect registry kafka postgres; do
+  for name in s3 connect registry kafka postgres; do
     if [ $# -eq 0 ] || [[ " $* " == *" $name "* ]]; then stop_one "$name"; fi
   done
 }
@@ -252,7 +269,7 @@ cmd_reset() {
 cmd_status() {
   local name state
   printf '%-10s %-8s %-8s %s\n' service state pid endpoint
-  for name in postgres kafka registry connect; do
+  for name in postgres kafka registry connect s3; do
     state=stopped
     alive "$name" && state=running
     case $name in
@@ -260,6 +277,7 @@ cmd_status() {
       kafka)    ep="127.0.0.1:$KAFKA_PORT (controller $CONTROLLER_PORT)" ;;
       registry) ep="http://127.0.0.1:$REGISTRY_PORT/apis/registry/v3" ;;
       connect)  ep="http://127.0.0.1:$CONNECT_PORT" ;;
+      s3)       ep="http://127.0.0.1:$S3_PORT (s3a://$S3_BUCKET/, in memory)" ;;
     esac
     printf '%-10s %-8s %-8s %s\n' "$name" "$state" "$( [ -f "$PIDS/$name.pid" ] && cat "$PIDS/$name.pid" || echo -)" "$ep"
   done

@@ -9,5 +9,7 @@ jars=$(ls "$ROOT"/.deps/spark/*.jar | paste -sd, -)
 classpath=${jars//,/:}
 export PATH="$ROOT/.venv/bin:$PATH" PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
+# The stack's S3 server takes any key; these only apply when no AWS credentials are set.
+export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}
 exec spark-submit --driver-memory "${DRIVER_MEMORY:-3g}" --jars "$jars" --driver-class-path "$classpath" \
   "$ROOT/app/main.py" "$@"

@@ -13,7 +13,7 @@ echo "[test] mypy"; .venv/bin/mypy
 # Services the developer already runs stay as they are; only those this script starts are stopped.
 running=$(scripts/stack.sh status | awk '$2 == "running" {print $1}')
 started=""
-for name in postgres kafka registry connect; do
+for name in postgres kafka registry connect s3; do
   grep -q -x -F "$name" <<<"$running" || started="$started $name"
 done
 cleanup() {
@@ -27,6 +27,8 @@ echo "[test] pytest"
 # Under a non-UTC zone on purpose: no conversion may depend on the machine's time zone.
 export TZ=America/Los_Angeles
 export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
+# The stack's S3 server takes any key; these only apply when no AWS credentials are set.
+export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}
 rc=0
 .venv/bin/pytest "$@" || rc=$?
 echo "[test] finished in $((SECONDS - start))s (exit $rc)"

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig, load_config
-from app.spark import build_session
+from app.spark import build_session, is_object_store
 from tests.support.cdc import CONNECT_URL, KAFKA_BOOTSTRAP, PG_DSN, REGISTRY_URL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +32,9 @@ TEST_DIR = ROOT / ".stack" / "tests" / RUN_ID
 @pytest.fixture(scope="session")
 def local_config() -> JobConfig:
     os.environ.setdefault("METASTORE_PASSWORD", "postgres")
+    # The stack's S3 server takes any key (scripts/test.sh sets the same defaults).
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     return load_config(LOCAL_CONF)
 
 
@@ -66,6 +69,16 @@ def stack() -> None:
         AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP}).list_topics(timeout=5)
     except (psycopg.Error, KafkaException) as e:
         pytest.fail(f"local stack not up ({e}); run scripts/stack.sh up")
+
+
+@pytest.fixture(scope="session")
+def lake_root(local_config: JobConfig) -> str:
+    """Where this run's test lakes live: beside the local config's Silver (s3a://lake/tests/<run> on the stack's
+    S3 server), or under the run's local test folder when the local config keeps the lake on local disk."""
+    silver = local_config.lake.silver_path
+    if is_object_store(silver):
+        return f"{silver.rstrip('/').rsplit('/', 1)[0]}/tests/{RUN_ID}"
+    return str(TEST_DIR)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from decimal import Decimal
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -80,9 +79,9 @@ def connectors(stack: None) -> Iterator[None]:
 
 
 def _run_job(
-    spark: SparkSession, base: JobConfig, lake: Path, schemas: list[str], *, framing: str, id_type: str
+    spark: SparkSession, base: JobConfig, lake: str, schemas: list[str], *, framing: str, id_type: str
 ) -> JobConfig:
-    config = job_config_for(base, PREFIX, f"fr_{lake.name}", lake)
+    config = job_config_for(base, PREFIX, f"fr_{lake.rsplit('/', 1)[-1]}", lake)
     pattern = re.escape(PREFIX) + r"\.(" + "|".join(map(re.escape, schemas)) + r")\.items"
     config = dataclasses.replace(
         config,
@@ -109,13 +108,13 @@ def _assert_silver_equals_source(spark: SparkSession, config: JobConfig, schema:
 @pytest.mark.usefixtures("connectors")
 @pytest.mark.parametrize("mode", [f"{f}-{i}" for f, i in MODES])
 def test_each_framing_lands_equal_to_the_source(
-    spark: SparkSession, local_config: JobConfig, test_dir: Path, caplog: pytest.LogCaptureFixture, mode: str
+    spark: SparkSession, local_config: JobConfig, lake_root: str, caplog: pytest.LogCaptureFixture, mode: str
 ) -> None:
     framing, id_type = mode.split("-")
     schema = _schema(framing, id_type)
 
     with caplog.at_level(logging.INFO, logger="app.batch"):
-        config = _run_job(spark, local_config, test_dir / schema, [schema], framing=framing, id_type=id_type)
+        config = _run_job(spark, local_config, f"{lake_root}/{schema}", [schema], framing=framing, id_type=id_type)
 
     _assert_silver_equals_source(spark, config, schema)
     table = f"table={config.lake.database}.{schema}_items "
@@ -125,12 +124,12 @@ def test_each_framing_lands_equal_to_the_source(
 
 
 def test_one_job_reads_two_topics_in_different_framings(
-    spark: SparkSession, local_config: JobConfig, connectors: None, test_dir: Path
+    spark: SparkSession, local_config: JobConfig, connectors: None, lake_root: str
 ) -> None:
     headers, payload = _schema("headers", "globalId"), _schema("id4", "contentId")
 
     # auto: the header names its id type; the 0x00 + 4-byte ids are the configured contentIds.
-    lake = test_dir / "fr_mixed"
+    lake = f"{lake_root}/fr_mixed"
     config = _run_job(spark, local_config, lake, [headers, payload], framing="auto", id_type="contentId")
 
     _assert_silver_equals_source(spark, config, headers)

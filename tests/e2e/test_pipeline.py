@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -38,6 +37,7 @@ from pyspark.sql.types import (
 from app.batch import BatchProcessor
 from app.config import JobConfig, TriggerConfig
 from app.hudi import completed_instants
+from app.lakefs import list_files
 from app.main import await_query, start_query
 from app.registry import RegistryClient
 from tests.conftest import RUN_ID
@@ -142,8 +142,8 @@ def connector(pg_conn: psycopg.Connection) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(spark: SparkSession, local_config: JobConfig, connector: None, test_dir: Path) -> Pipeline:
-    config = job_config_for(local_config, PREFIX, DATABASE, test_dir / "e2e")
+def pipeline(spark: SparkSession, local_config: JobConfig, connector: None, lake_root: str) -> Pipeline:
+    config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/e2e")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
     return Pipeline(spark, config, processor)
 
@@ -225,9 +225,9 @@ def test_snapshot_and_first_changes(pipeline: Pipeline, pg_conn: psycopg.Connect
     pipeline.run()
     assert_all_match(pipeline, c)
     # Each commit records the batch and the streaming query in its extra metadata (replay detection later).
-    timeline = Path(pipeline.table_path("customers")) / ".hoodie" / "timeline"
-    latest_commit = max(timeline.glob("*_*.commit"))
-    content = latest_commit.read_bytes()
+    timeline = pipeline.table_path("customers") + "/.hoodie/timeline"
+    latest_commit = max(n for n in list_files(pipeline.spark, timeline, ".commit") if "/" not in n)
+    content = pipeline.spark.sparkContext.binaryFiles(f"{timeline}/{latest_commit}").first()[1]
     assert b"_cdc.batch_id" in content and pipeline.query_id.encode() in content
 
 
@@ -346,17 +346,16 @@ def test_bronze_holds_every_kafka_record_byte_for_byte(pipeline: Pipeline) -> No
 
 
 def _bronze_listing(p: Pipeline) -> list[str]:
-    root = Path(p.config.lake.bronze_path)
-    return sorted(str(f.relative_to(root)) for f in root.rglob("*.parquet"))
+    return list_files(p.spark, p.config.lake.bronze_path, ".parquet")
 
 
 def test_rerun_without_new_data_writes_nothing_then_n_events_add_n_bronze_rows(
     pipeline: Pipeline, pg_conn: psycopg.Connection
 ) -> None:
-    instants = {t: completed_instants(pipeline.table_path(t)) for t in TABLES}
+    instants = {t: completed_instants(pipeline.spark, pipeline.table_path(t)) for t in TABLES}
     listing = _bronze_listing(pipeline)
     pipeline.run()
-    assert {t: completed_instants(pipeline.table_path(t)) for t in TABLES} == instants
+    assert {t: completed_instants(pipeline.spark, pipeline.table_path(t)) for t in TABLES} == instants
     assert _bronze_listing(pipeline) == listing
 
     bronze_rows = pipeline.spark.read.parquet(pipeline.config.lake.bronze_path).count()

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import fastavro
 import pytest
@@ -52,7 +51,7 @@ def _framed(schema_id: int, schema: dict, record: dict) -> bytes:
     return out.getvalue()
 
 
-def _run_job(spark: SparkSession, local_config: JobConfig, prefix: str, lake: Path) -> None:
+def _run_job(spark: SparkSession, local_config: JobConfig, prefix: str, lake: str) -> None:
     config = job_config_for(local_config, prefix, prefix, lake)
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
     await_query(start_query(spark, config, processor, available_now=True), processor)
@@ -80,36 +79,36 @@ def _produce(topic: str, key: bytes, value: bytes) -> None:
 
 
 def test_undecodable_body_names_topic_partition_offset_and_id(
-    spark: SparkSession, local_config: JobConfig, test_dir: Path, poison_topic: tuple[str, str, int, bytes, dict]
+    spark: SparkSession, local_config: JobConfig, lake_root: str, poison_topic: tuple[str, str, int, bytes, dict]
 ) -> None:
     prefix, topic, value_id, key, _ = poison_topic
     _produce(topic, key, b"\x00" + value_id.to_bytes(4, "big") + b"\xff\xff\xff\xff\xff")
     with pytest.raises(SchemaDecodeError) as info:
-        _run_job(spark, local_config, prefix, test_dir / prefix)
+        _run_job(spark, local_config, prefix, f"{lake_root}/{prefix}")
     err = info.value
     assert (err.topic, err.partition, err.offset, err.schema_id) == (topic, 0, 1, value_id)
     assert f"{topic}[0]@1" in str(err) and f"schema id {value_id}" in str(err)
 
 
 def test_unknown_schema_id_names_id_and_url(
-    spark: SparkSession, local_config: JobConfig, test_dir: Path, poison_topic: tuple[str, str, int, bytes, dict]
+    spark: SparkSession, local_config: JobConfig, lake_root: str, poison_topic: tuple[str, str, int, bytes, dict]
 ) -> None:
     prefix, topic, _, key, value_schema = poison_topic
     unknown = 2_000_000_000
     _produce(topic, key, _framed(unknown, value_schema, {"before": None, "after": {"id": 2},
                                                          "source": {"lsn": 11, "ts_ms": 1}, "op": "c"}))
     with pytest.raises(RegistryError) as info:
-        _run_job(spark, local_config, prefix, test_dir / prefix)
+        _run_job(spark, local_config, prefix, f"{lake_root}/{prefix}")
     assert info.value.schema_id == unknown
     assert f"/ids/contentIds/{unknown}" in str(info.value) and str(unknown) in str(info.value)
 
 
 def test_value_without_framing_names_the_record(
-    spark: SparkSession, local_config: JobConfig, test_dir: Path, poison_topic: tuple[str, str, int, bytes, dict]
+    spark: SparkSession, local_config: JobConfig, lake_root: str, poison_topic: tuple[str, str, int, bytes, dict]
 ) -> None:
     prefix, topic, _, key, _ = poison_topic
     _produce(topic, key, b'{"not": "avro"}')
     with pytest.raises(SchemaDecodeError) as info:
-        _run_job(spark, local_config, prefix, test_dir / prefix)
+        _run_job(spark, local_config, prefix, f"{lake_root}/{prefix}")
     assert (info.value.topic, info.value.partition, info.value.offset) == (topic, 0, 1)
     assert "framing" in str(info.value)

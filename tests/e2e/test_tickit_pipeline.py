@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -117,11 +116,11 @@ def _assert_typed_equal(spark: SparkSession, conn: psycopg.Connection, config: J
 
 
 def test_tickit_snapshot_and_burst_typed_equal(
-    spark: SparkSession, local_config: JobConfig, tickit_db: psycopg.Connection, test_dir: Path
+    spark: SparkSession, local_config: JobConfig, tickit_db: psycopg.Connection, lake_root: str
 ) -> None:
     loaded = tickit.load(tickit_db, scale=0.1)
     source = PostgresSource(SOURCE.host, SOURCE.port, SOURCE.user, SOURCE.password, DBNAME)
-    config = job_config_for(local_config, PREFIX, DATABASE, test_dir / "tickit")
+    config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/tickit")
     with debezium_connector(f"tk-{RUN_ID}", PREFIX, tickit.SCHEMAS, source):
         _wait_for(loaded)
         first = _run(spark, config)

@@ -16,7 +16,6 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -88,10 +87,10 @@ def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
 
 @pytest.fixture(scope="module")
 def pipeline(
-    spark: SparkSession, local_config: JobConfig, pg_conn: psycopg.Connection, test_dir: Path
+    spark: SparkSession, local_config: JobConfig, pg_conn: psycopg.Connection, lake_root: str
 ) -> Iterator[Pipeline]:
     with debezium_connector(f"td-{RUN_ID}", PREFIX, [SCHEMA]):
-        config = job_config_for(local_config, PREFIX, DATABASE, test_dir / "toast_deletes")
+        config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/toast_deletes")
         config = dataclasses.replace(config, tables={f"{SCHEMA}.soft_items": TableConfig(delete_mode="soft")})
         yield Pipeline(spark, config, BatchProcessor(config, RegistryClient.from_config(config.registry)))
 

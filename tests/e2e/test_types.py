@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -394,13 +393,13 @@ class ModeRun:
 
 @pytest.fixture(scope="module")
 def runs(spark: SparkSession, local_config: JobConfig, pg_conn: psycopg.Connection,
-         test_dir: Path) -> Iterator[dict[str, ModeRun]]:
+         lake_root: str) -> Iterator[dict[str, ModeRun]]:
     with ExitStack() as stack:
         out = {}
         for mode, settings in MODES.items():
             prefix = f"ty{mode}{RUN_ID}"
             stack.enter_context(debezium_connector(f"types-{mode}-{RUN_ID}", prefix, [SCHEMA], settings=settings))
-            config = job_config_for(local_config, prefix, f"types_{mode}_{RUN_ID}", test_dir / f"types_{mode}")
+            config = job_config_for(local_config, prefix, f"types_{mode}_{RUN_ID}", f"{lake_root}/types_{mode}")
             out[mode] = ModeRun(mode, config, BatchProcessor(config, RegistryClient.from_config(config.registry)))
         yield out
 

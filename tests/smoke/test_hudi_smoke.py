@@ -39,7 +39,7 @@ def test_upsert_read_back_and_time_travel(spark: SparkSession, test_dir: Path) -
     expected = spark.createDataFrame([(1, "uno", 20), (2, "two", 10)], SCHEMA)
     assert_df_equality(current, expected, ignore_row_order=True, ignore_nullable=True)
 
-    instants = completed_instants(path)
+    instants = completed_instants(spark, path)
     assert len(instants) == 2, instants
     first = instants[0]
     before = spark.read.format("hudi").option("as.of.instant", first).load(path).select("id", "name", "lsn")

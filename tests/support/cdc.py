@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -157,8 +156,9 @@ def as_silver_value(value: Any) -> Any:
     return value
 
 
-def job_config_for(base: JobConfig, prefix: str, database: str, lake: Path) -> JobConfig:
-    """The local job config pointed at one connector's topics and a private lake, database and checkpoint."""
+def job_config_for(base: JobConfig, prefix: str, database: str, lake: str) -> JobConfig:
+    """The local job config pointed at one connector's topics and a private lake (a folder or s3a:// prefix),
+    database and checkpoint."""
     return dataclasses.replace(
         base,
         kafka=dataclasses.replace(base.kafka, topic_pattern=re.escape(prefix) + r"\.[^.]+\.[^.]+"),
@@ -166,8 +166,8 @@ def job_config_for(base: JobConfig, prefix: str, database: str, lake: Path) -> J
         lake=dataclasses.replace(
             base.lake,
             database=database,
-            silver_path=str(lake / "silver"),
-            bronze_path=str(lake / "bronze"),
-            checkpoint_path=str(lake / "checkpoint"),
+            silver_path=f"{lake}/silver",
+            bronze_path=f"{lake}/bronze",
+            checkpoint_path=f"{lake}/checkpoint",
         ),
     )

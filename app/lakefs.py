@@ -1,0 +1,37 @@
+"""The lake's file system through Hadoop's FileSystem API in the session's JVM: the same code for local paths,
+s3a:// and EMRFS s3://. For the scripts and tests that list or remove lake files; the job itself writes only
+through Spark and Hudi."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def _fs_and_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def list_files(spark: SparkSession, root: str, suffix: str = "") -> list[str]:
+    """Paths of every file below `root` (recursively) whose name ends with `suffix`, relative to root, sorted.
+    An absent root has no files."""
+    fs, path = _fs_and_path(spark, root)
+    if not fs.exists(path):
+        return []
+    base = fs.makeQualified(path).toString().rstrip("/") + "/"
+    found = []
+    files = fs.listFiles(path, True)
+    while files.hasNext():
+        name = files.next().getPath().toString()
+        if name.endswith(suffix):
+            found.append(name.removeprefix(base))
+    return sorted(found)
+
+
+def delete_path(spark: SparkSession, uri: str) -> bool:
+    """Remove a file or a folder and everything below it; False when there was nothing."""
+    fs, path = _fs_and_path(spark, uri)
+    return bool(fs.delete(path, True))
