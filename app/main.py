@@ -22,7 +22,7 @@ from app.config import JobConfig, load_config
 from app.errors import ConfigError, PipelineError
 from app.registry import RegistryClient
 from app.source import read_kafka
-from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session, is_object_store
+from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 
 log = logging.getLogger("app.main")
 
@@ -47,8 +47,9 @@ def start_query(
     spark: SparkSession, config: JobConfig, processor: BatchProcessor, available_now: bool
 ) -> StreamingQuery:
     """Start the streaming query: Kafka source -> foreachBatch(processor.process), checkpointed."""
-    if is_object_store(config.lake.checkpoint_path):
-        # A rename is a copy on S3: Spark's abortable-stream manager writes checkpoint files without renames.
+    if config.lake.checkpoint_path.startswith("s3a://"):
+        # A rename is a copy on S3: Spark's abortable-stream manager writes checkpoint files without renames. It
+        # needs a file system with abortable streams (s3a); EMRFS s3:// keeps Spark's default manager.
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", ABORTABLE_CHECKPOINT_MANAGER)
     writer = (
         read_kafka(spark, config.kafka)

@@ -281,7 +281,7 @@ cmd_status() {
     esac
     printf '%-10s %-8s %-8s %s\n' "$name" "$state" "$( [ -f "$PIDS/$name.pid" ] && cat "$PIDS/$name.pid" || echo -)" "$ep"
   done
-  echo "logs: $LOGS   lake: $STACK_DIR/lake   checkpoints: $STACK_DIR/checkpoints"
+  echo "logs: $LOGS   lake: s3a://$S3_BUCKET/ (conf/local.yaml) or $STACK_DIR/lake for local paths"
 }
 
 case "${1:-}" in
