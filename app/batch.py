@@ -30,7 +30,7 @@ from app.decode import decode_error_from, decode_value, record_fields
 from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, with_ledger_verdict
 from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
 from app.framing import Framing, with_framing
-from app.hudi import LEDGER_OPTIONS, HudiTarget, TableRegistry, table_exists, write_silver
+from app.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
 from app.position import connector_kind
 from app.registry import RegistryClient, SchemaRef
 from app.route import TableRoute, route_topic
@@ -82,7 +82,6 @@ class BatchProcessor:
     def __init__(self, config: JobConfig, registry: RegistryClient) -> None:
         self.config = config
         self.registry = registry
-        self.tables = TableRegistry()
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
         self.history: list[dict[str, TableBatchStats]] = []  # every batch this processor wrote
         self.failure: PipelineError | None = None
@@ -273,7 +272,6 @@ class BatchProcessor:
             write_silver(rows_df, target, batch_id, query_id)
         finally:
             judged_df.unpersist()
-        self.tables.ensure(spark, target)
 
     def _warn_unresolved(self, unresolved_df: DataFrame, plan: TablePlan) -> None:
         assert plan.record_key is not None

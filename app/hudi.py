@@ -1,4 +1,4 @@
-"""Silver: Hudi upserts and deletes for one table, and its registration in the shared metastore."""
+"""Silver: Hudi upserts and deletes for one table, synced to the metastore by Hudi's meta sync."""
 from __future__ import annotations
 
 import logging
@@ -61,15 +61,36 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
         # A batch written with an older writer schema than the table's fills the newer columns with null.
         "hoodie.write.set.null.for.missing.columns": "true",
         "hoodie.datasource.write.reconcile.schema": "false",
-        "hoodie.datasource.meta.sync.enable": "false",
+        # After each commit Hudi's HiveSyncTool brings the catalog up to date (a column added upstream, a new
+        # table). hms mode without metastore URIs opens the metastore the session's Hive client names
+        # (javax.jdo.option.ConnectionURL); on EMR the cluster's Hive client, pointed at Glue, is that metastore.
+        **meta_sync_options(target),
         "hoodie.datasource.write.commitmeta.key.prefix": COMMIT_META_PREFIX,
         f"{COMMIT_META_PREFIX}batch_id": str(batch_id),
         f"{COMMIT_META_PREFIX}query_id": query_id,
     }
 
 
-# The delete ledger is a few rows per deleted key, read whole: no metadata table to keep beside it.
-LEDGER_OPTIONS = {"hoodie.metadata.enable": "false"}
+def meta_sync_options(target: HudiTarget) -> dict[str, str]:
+    """Hudi meta sync of a non-partitioned table into the session's Hive metastore (or Glue through it)."""
+    return {
+        "hoodie.datasource.meta.sync.enable": "true",
+        "hoodie.datasource.hive_sync.enable": "true",
+        "hoodie.datasource.hive_sync.mode": "hms",
+        "hoodie.datasource.hive_sync.database": target.database,
+        "hoodie.datasource.hive_sync.table": target.table,
+        "hoodie.datasource.hive_sync.auto_create_database": "true",
+        "hoodie.datasource.hive_sync.partition_extractor_class": "org.apache.hudi.hive.NonPartitionedExtractor",
+    }
+
+
+# The delete ledger is a few rows per deleted key, read whole: no metadata table to keep beside it, and never
+# in the catalog.
+LEDGER_OPTIONS = {
+    "hoodie.metadata.enable": "false",
+    "hoodie.datasource.meta.sync.enable": "false",
+    "hoodie.datasource.hive_sync.enable": "false",
+}
 
 
 def write_silver(
@@ -96,27 +117,6 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     fs = completed.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     found = fs.globStatus(completed)
     return found is not None and len(found) > 0
-
-
-class TableRegistry:
-    """Registers each Silver table in the metastore once per process, after its first commit exists."""
-
-    def __init__(self) -> None:
-        self._known: set[str] = set()
-
-    def ensure(self, spark: SparkSession, target: HudiTarget) -> None:
-        if target.qualified_name in self._known:
-            return
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{target.database}`")
-        if not spark.catalog.tableExists(target.qualified_name):
-            # The Hudi catalog reads columns from the table's own commit metadata at query time.
-            spark.sql(
-                f"CREATE TABLE IF NOT EXISTS `{target.database}`.`{target.table}` USING hudi "
-                f"LOCATION '{target.path}'"
-            )
-            log.info("registered %s at %s", target.qualified_name, target.path)
-        self._known.add(target.qualified_name)
-
 
 
 COMMIT_ACTIONS = ("commit", "deltacommit", "replacecommit")

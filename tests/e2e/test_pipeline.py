@@ -51,6 +51,7 @@ from tests.support.cdc import (
     job_config_for,
     read_topic,
 )
+from tests.support.metastore import metastore_table
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -246,6 +247,24 @@ def test_second_run_two_writer_schemas_in_one_batch(pipeline: Pipeline, pg_conn:
     assert_all_match(pipeline, c)
     orders_stats = pipeline.processor.last_stats[f"{DATABASE}.{SCHEMA}_orders"]
     assert len(orders_stats.schema_ids) == 2, orders_stats
+
+
+def test_catalog_follows_the_source_schema(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
+    # Hudi's meta sync after each commit: the metastore's own tables (what Athena reads) hold every source
+    # column, `channel` added mid-stream included, and the table's location; the delete ledger is not there.
+    for table in TABLES:
+        registered = metastore_table(DATABASE, f"{SCHEMA}_{table}")
+        assert registered is not None, f"{table} not in the metastore"
+        table_type, location, columns = registered
+        source = [r[0] for r in pg_conn.execute(
+            "select column_name from information_schema.columns where table_schema = %s and table_name = %s",
+            (SCHEMA, table),
+        ).fetchall()]
+        assert set(source) <= set(columns), (table, source, columns)
+        assert location.rstrip("/").endswith(pipeline.table_path(table).split("://")[-1].rstrip("/")), location
+        assert table_type == "EXTERNAL_TABLE", table_type
+    assert "channel" in metastore_table(DATABASE, f"{SCHEMA}_orders")[2]  # type: ignore[index]
+    assert metastore_table(DATABASE, f"{SCHEMA}_orders_cdc_delete_ledger") is None
 
 
 def test_per_batch_log_lines_carry_known_counts(

@@ -1,0 +1,26 @@
+"""Read the Hive metastore's own tables in its PostgreSQL database: what Athena, Presto or a plain Hive client
+see, not what a Hudi-aware Spark session reads from the table's files."""
+from __future__ import annotations
+
+import psycopg
+
+from tests.support.cdc import PG_DSN
+
+METASTORE_DSN = PG_DSN.replace("dbname=source", "dbname=metastore")
+
+
+def metastore_table(database: str, table: str) -> tuple[str, str, list[str]] | None:
+    """(table type, storage location, column names in order) of a registered table, or None."""
+    with psycopg.connect(METASTORE_DSN) as conn:
+        row = conn.execute(
+            'select t."TBL_TYPE", s."LOCATION", s."CD_ID" from "TBLS" t '
+            'join "DBS" d on d."DB_ID" = t."DB_ID" join "SDS" s on s."SD_ID" = t."SD_ID" '
+            'where d."NAME" = %s and t."TBL_NAME" = %s',
+            (database.lower(), table.lower()),
+        ).fetchone()
+        if row is None:
+            return None
+        columns = conn.execute(
+            'select "COLUMN_NAME" from "COLUMNS_V2" where "CD_ID" = %s order by "INTEGER_IDX"', (row[2],)
+        ).fetchall()
+    return str(row[0]), str(row[1]), [str(c[0]) for c in columns]
