@@ -19,13 +19,13 @@ Pure DataFrame -> DataFrame; nothing here talks to the registry.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-FramingMode = Literal["headers", "id8", "id4", "auto"]
-IdType = Literal["contentId", "globalId"]
+from app.config import FramingMode, IdType
+
 MAGIC_BYTE: Final = b"\x00"
 HEADER_ID_BYTES: Final = 8
 SIDES: Final = ("key", "value")
