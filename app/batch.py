@@ -31,6 +31,7 @@ from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, 
 from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
 from app.framing import Framing, with_framing
 from app.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
+from app.partitioning import with_partition_field
 from app.position import connector_kind
 from app.registry import RegistryClient, SchemaRef
 from app.route import TableRoute, route_topic
@@ -206,8 +207,11 @@ class BatchProcessor:
                 table=route.table,
                 path=self.config.lake.table_path(route.table),
                 record_key=record_key,
-                table_type=self.config.lake.table_type,
+                table_type=route.table_type,
                 delete_mode=route.delete_mode,
+                partition=route.partition,
+                compaction_delta_commits=route.compaction_delta_commits,
+                retain_commits=self.config.lake.retain_commits,
             )
         try:
             events_df = _union(s.events_df for s in slices)
@@ -268,7 +272,17 @@ class BatchProcessor:
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/deletes.py).
             if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
                 write_silver(ledger_changes(judged_df, keys), target.ledger, batch_id, query_id, LEDGER_OPTIONS)
-            rows_df = judged_df.filter(written).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
+            rows_df = (
+                judged_df.filter(written)
+                .drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
+            )
+            try:
+                rows_df = with_partition_field(rows_df, target.partition)
+            except EnvelopeError as e:
+                route = plan.route
+                raise EnvelopeError(
+                    f"{route.qualified_name} (tables.{route.source_schema}.{route.source_table}.partition_by): {e}"
+                ) from e
             write_silver(rows_df, target, batch_id, query_id)
         finally:
             judged_df.unpersist()

@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from app.errors import ConfigError
+from app.partitioning import PartitionSpec
 
 # How the source's converter frames ids (app/framing.py): ids in Apicurio headers, 0x00 + 8-byte id, 0x00 + 4-byte
 # id (Confluent compatible), or detected per record.
@@ -24,6 +25,8 @@ FramingMode = Literal["headers", "id8", "id4", "auto"]
 IdType = Literal["contentId", "globalId"]
 # hard: a delete removes the row (its position kept in the table's delete ledger); soft: the row stays, flagged.
 DeleteMode = Literal["hard", "soft"]
+# Copy-on-Write rewrites a file per update (fast reads); Merge-on-Read appends log files, compacted inline.
+TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,14 @@ class TableConfig:
     name: str | None = None
     record_key: list[str] | None = None
     delete_mode: DeleteMode | None = None  # unset: lake.delete_mode
+    table_type: TableType | None = None  # unset: lake.table_type
+    # `column`, `day(column)`, `month(column)` or `year(column)` (app/partitioning.py); unset: not partitioned.
+    partition_by: str | None = None
+    compaction_delta_commits: int | None = None  # Merge-on-Read; unset: lake.compaction_delta_commits
+
+    @property
+    def partition(self) -> PartitionSpec | None:
+        return None if self.partition_by is None else PartitionSpec.parse(self.partition_by)
 
 
 @dataclass(frozen=True)
@@ -102,8 +113,13 @@ class LakeConfig:
     silver_path: str
     bronze_path: str
     checkpoint_path: str
-    table_type: Literal["COPY_ON_WRITE"] = "COPY_ON_WRITE"
+    table_type: TableType = "COPY_ON_WRITE"
     delete_mode: DeleteMode = "hard"
+    # Merge-on-Read tables compact their log files inline once this many delta commits have piled up.
+    compaction_delta_commits: int = 3
+    # The cleaner keeps the files of this many latest commits (time travel and incremental reads reach back
+    # that far); the timeline archives beyond retain_commits + 10.
+    retain_commits: int = 10
 
     def table_path(self, table: str) -> str:
         """Where a Silver table lives: <silver_path>/<database>/<table>."""
@@ -283,6 +299,23 @@ def _check_semantics(config: JobConfig) -> None:
             raise ConfigError(f"tables.{source_table}.name", f"not a valid table name: {table.name!r}")
         if table.record_key is not None and not table.record_key:
             raise ConfigError(f"tables.{source_table}.record_key", "must list at least one column")
+        if table.partition_by is not None:
+            try:
+                PartitionSpec.parse(table.partition_by)
+            except ValueError as e:
+                raise ConfigError(f"tables.{source_table}.partition_by", str(e)) from e
+        if table.compaction_delta_commits is not None:
+            if (table.table_type or config.lake.table_type) != "MERGE_ON_READ":
+                raise ConfigError(
+                    f"tables.{source_table}.compaction_delta_commits",
+                    "applies to MERGE_ON_READ tables only; set table_type: MERGE_ON_READ or remove it",
+                )
+            if table.compaction_delta_commits < 1:
+                raise ConfigError(f"tables.{source_table}.compaction_delta_commits", "must be >= 1")
+    if config.lake.compaction_delta_commits < 1:
+        raise ConfigError("lake.compaction_delta_commits", "must be >= 1")
+    if config.lake.retain_commits < 1:
+        raise ConfigError("lake.retain_commits", "must be >= 1")
 
 
 def _check_auth(auth: RegistryAuthConfig) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from app.lakefs import list_files
+from app.partitioning import PartitionSpec
 from app.position import POSITION_COL
 from app.unwrap import DELETED_COL
 
@@ -25,6 +26,9 @@ class HudiTarget:
     record_key: tuple[str, ...]
     table_type: str = "COPY_ON_WRITE"
     delete_mode: str = "hard"
+    partition: PartitionSpec | None = None
+    compaction_delta_commits: int = 3  # Merge-on-Read only
+    retain_commits: int = 10
 
     @property
     def qualified_name(self) -> str:
@@ -50,9 +54,7 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
         "hoodie.datasource.write.table.type": target.table_type,
         "hoodie.datasource.write.operation": "upsert",
         "hoodie.datasource.write.recordkey.field": ",".join(target.record_key),
-        # Non-partitioned tables in this release; this generator also handles composite keys.
-        "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
-        "hoodie.datasource.write.partitionpath.field": "",
+        **layout_options(target),
         # An older event never overwrites a newer one: the merge compares the source position (a string that
         # sorts in source order, app/position.py).
         "hoodie.datasource.write.precombine.field": POSITION_COL,
@@ -61,6 +63,7 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
         # A batch written with an older writer schema than the table's fills the newer columns with null.
         "hoodie.write.set.null.for.missing.columns": "true",
         "hoodie.datasource.write.reconcile.schema": "false",
+        **table_service_options(target),
         # After each commit Hudi's HiveSyncTool brings the catalog up to date (a column added upstream, a new
         # table). hms mode without metastore URIs opens the metastore the session's Hive client names
         # (javax.jdo.option.ConnectionURL); on EMR the cluster's Hive client, pointed at Glue, is that metastore.
@@ -71,8 +74,67 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
     }
 
 
+def layout_options(target: HudiTarget) -> dict[str, str]:
+    """Key generator, partition path and index.
+
+    A non-partitioned table needs no global index: every key lives in the one partition, and the default
+    (simple) index finds it. A partitioned table uses the record-level index (a key -> file-group map in the
+    metadata table), which is global: a row's partition value can change (an update moving it to another day),
+    an older redelivered event can still carry the old value, and a key-only delete image carries none. The
+    index finds the row's current file group in every case; with `update.partition.path` a newer event that
+    changes the value moves the row (delete in the old partition, insert in the new one), and an older one is
+    merged into the current row by position, where it loses. Looking a key up costs the same however many
+    partitions and files the table has, unlike GLOBAL_SIMPLE (joins the batch with every base file's keys) or
+    GLOBAL_BLOOM (probes every partition's bloom filters).
+    """
+    spec = target.partition
+    if spec is None:
+        # This generator also handles composite keys.
+        return {
+            "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+            "hoodie.datasource.write.partitionpath.field": "",
+        }
+    # One key column: SimpleKeyGenerator (Hudi 0.14.1-1.0.x changed how ComplexKeyGenerator encodes one field).
+    generator = "SimpleKeyGenerator" if len(target.record_key) == 1 else "ComplexKeyGenerator"
+    return {
+        "hoodie.datasource.write.keygenerator.class": f"org.apache.hudi.keygen.{generator}",
+        "hoodie.datasource.write.partitionpath.field": spec.field,
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+        "hoodie.metadata.enable": "true",
+        "hoodie.metadata.record.index.enable": "true",
+        "hoodie.index.type": "RECORD_INDEX",
+        "hoodie.record.index.update.partition.path": "true",
+    }
+
+
+def table_service_options(target: HudiTarget) -> dict[str, str]:
+    """Compaction (Merge-on-Read), cleaning and archival, all inline: foreachBatch writes have no async table
+    services. A long-running job must clean (or every file version stays on S3) and archive (or the timeline,
+    listed by every write and read, grows without end)."""
+    retain = target.retain_commits
+    options = {
+        "hoodie.clean.automatic": "true",
+        "hoodie.cleaner.policy": "KEEP_LATEST_COMMITS",
+        "hoodie.cleaner.commits.retained": str(retain),
+        # Archival keeps more instants than the cleaner retains (Hudi requires it).
+        "hoodie.archive.automatic": "true",
+        "hoodie.keep.min.commits": str(retain + 10),
+        "hoodie.keep.max.commits": str(retain + 20),
+    }
+    if target.table_type == "MERGE_ON_READ":
+        options.update({
+            "hoodie.compact.inline": "true",
+            "hoodie.compact.inline.trigger.strategy": "NUM_COMMITS",
+            "hoodie.compact.inline.max.delta.commits": str(target.compaction_delta_commits),
+        })
+    return options
+
+
 def meta_sync_options(target: HudiTarget) -> dict[str, str]:
-    """Hudi meta sync of a non-partitioned table into the session's Hive metastore (or Glue through it)."""
+    """Hudi meta sync into the session's Hive metastore (or Glue through it). A Merge-on-Read table appears as
+    `<table>_ro` (read-optimized: compacted base files only), `<table>_rt` (snapshot: logs merged) and, with Hudi
+    1.0's default `hoodie.meta.sync.sync_snapshot_with_table_name=true`, `<table>` (the snapshot again)."""
+    spec = target.partition
     return {
         "hoodie.datasource.meta.sync.enable": "true",
         "hoodie.datasource.hive_sync.enable": "true",
@@ -80,7 +142,11 @@ def meta_sync_options(target: HudiTarget) -> dict[str, str]:
         "hoodie.datasource.hive_sync.database": target.database,
         "hoodie.datasource.hive_sync.table": target.table,
         "hoodie.datasource.hive_sync.auto_create_database": "true",
-        "hoodie.datasource.hive_sync.partition_extractor_class": "org.apache.hudi.hive.NonPartitionedExtractor",
+        "hoodie.datasource.hive_sync.partition_fields": "" if spec is None else spec.field,
+        "hoodie.datasource.hive_sync.partition_extractor_class": (
+            "org.apache.hudi.hive.NonPartitionedExtractor" if spec is None
+            else "org.apache.hudi.hive.MultiPartKeysValueExtractor"
+        ),
     }
 
 

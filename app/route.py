@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from app.config import JobConfig
 from app.errors import EnvelopeError
+from app.partitioning import PartitionSpec
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,9 @@ class TableRoute:
     table: str
     record_key: tuple[str, ...] | None
     delete_mode: str = "hard"
+    table_type: str = "COPY_ON_WRITE"
+    partition: PartitionSpec | None = None
+    compaction_delta_commits: int = 3
 
     @property
     def qualified_name(self) -> str:
@@ -42,4 +46,7 @@ def route_topic(topic: str, config: JobConfig) -> TableRoute:
         table=override.name or f"{schema}_{table}",
         record_key=tuple(override.record_key) if override.record_key else None,
         delete_mode=override.delete_mode or config.lake.delete_mode,
+        table_type=override.table_type or config.lake.table_type,
+        partition=override.partition,
+        compaction_delta_commits=override.compaction_delta_commits or config.lake.compaction_delta_commits,
     )

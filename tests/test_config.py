@@ -322,3 +322,40 @@ def test_registry_id_type_moved_to_the_source_is_an_unknown_key() -> None:
     raw["registry"]["id_type"] = "globalId"
 
     _assert_names_key(_config_error(raw), "registry.id_type", "unknown key")
+
+
+def test_table_layout_per_table_with_lake_defaults() -> None:
+    raw = _minimal()
+    raw["lake"]["compaction_delta_commits"] = 4
+    raw["tables"] = {
+        "public.orders": {"table_type": "MERGE_ON_READ", "partition_by": "day(placed_at)"},
+        "public.events": {"table_type": "MERGE_ON_READ", "compaction_delta_commits": 2, "partition_by": "region"},
+    }
+    config = parse_config(raw)
+
+    orders = route_topic("cdc.public.orders", config)
+    assert (orders.table_type, str(orders.partition), orders.compaction_delta_commits) == (
+        "MERGE_ON_READ", "day(placed_at)", 4
+    )
+    events = route_topic("cdc.public.events", config)
+    assert (events.partition and events.partition.field, events.compaction_delta_commits) == ("region", 2)
+    other = route_topic("cdc.public.customers", config)
+    assert (other.table_type, other.partition) == ("COPY_ON_WRITE", None)
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "message"),
+    [
+        ({"table_type": "MERGE_ON_WRITE"}, "tables.public.orders.table_type", "must be one of COPY_ON_WRITE"),
+        ({"partition_by": "hour(placed_at)"}, "tables.public.orders.partition_by", "day(column)"),
+        ({"compaction_delta_commits": 3}, "tables.public.orders.compaction_delta_commits", "MERGE_ON_READ tables only"),
+        (
+            {"table_type": "MERGE_ON_READ", "compaction_delta_commits": 0},
+            "tables.public.orders.compaction_delta_commits", "must be >= 1",
+        ),
+    ],
+)
+def test_table_layout_is_validated(table: dict[str, Any], key: str, message: str) -> None:
+    raw = _minimal()
+    raw["tables"] = {"public.orders": table}
+    _assert_names_key(_config_error(raw), key, message)

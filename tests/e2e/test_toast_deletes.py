@@ -20,7 +20,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -29,7 +28,7 @@ from app.config import JobConfig, TableConfig
 from app.main import await_query, start_query
 from app.registry import RegistryClient
 from tests.conftest import RUN_ID
-from tests.support.cdc import KAFKA_BOOTSTRAP, PG_DSN, KafkaRecord, debezium_connector, job_config_for, read_topic
+from tests.support.cdc import PG_DSN, KafkaRecord, debezium_connector, job_config_for, produce_again, read_topic
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -106,13 +105,6 @@ def wait_records(table: str, count: int) -> list[KafkaRecord]:
         assert time.monotonic() < deadline, f"{topic(table)}: {len(records)} records, expected {count}"
         time.sleep(0.5)
     return records
-
-
-def produce_again(record: KafkaRecord) -> None:
-    """Redeliver a Kafka record as it was (what a connector restart or a replay does)."""
-    producer = Producer({"bootstrap.servers": KAFKA_BOOTSTRAP})
-    producer.produce(record.topic, key=record.key, value=record.value)
-    assert producer.flush(30) == 0
 
 
 def assert_docs_match(p: Pipeline, conn: psycopg.Connection) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from app.config import JobConfig
 from app.connect import ConnectClient, PostgresSource, postgres_connector_config
@@ -131,6 +131,13 @@ def _watermarks(consumer: Consumer, topic: str) -> list[tuple[int, int, int]]:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
         out.append((p, low, high))
     return out
+
+
+def produce_again(record: KafkaRecord) -> None:
+    """Redeliver a Kafka record as it was (what a connector restart or a replay does)."""
+    producer = Producer({"bootstrap.servers": KAFKA_BOOTSTRAP})
+    producer.produce(record.topic, key=record.key, value=record.value, headers=list(record.headers) or None)
+    assert producer.flush(30) == 0
 
 
 def wait_for_records(topic: str, count: int, timeout_s: float = 60.0) -> list[KafkaRecord]:

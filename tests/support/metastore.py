@@ -24,3 +24,14 @@ def metastore_table(database: str, table: str) -> tuple[str, str, list[str]] | N
             'select "COLUMN_NAME" from "COLUMNS_V2" where "CD_ID" = %s order by "INTEGER_IDX"', (row[2],)
         ).fetchall()
     return str(row[0]), str(row[1]), [str(c[0]) for c in columns]
+
+
+def metastore_partitions(database: str, table: str) -> list[str]:
+    """The partition names (`field=value`) registered for a table, sorted."""
+    with psycopg.connect(METASTORE_DSN) as conn:
+        rows = conn.execute(
+            'select p."PART_NAME" from "PARTITIONS" p join "TBLS" t on t."TBL_ID" = p."TBL_ID" '
+            'join "DBS" d on d."DB_ID" = t."DB_ID" where d."NAME" = %s and t."TBL_NAME" = %s',
+            (database.lower(), table.lower()),
+        ).fetchall()
+    return sorted(str(r[0]) for r in rows)

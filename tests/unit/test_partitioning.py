@@ -1,0 +1,148 @@
+"""Partitioning per table (app/partitioning.py) and the Hudi options each table layout gets (app/hudi.py)."""
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta, timezone
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    DateType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from app.errors import EnvelopeError
+from app.hudi import HudiTarget, write_options
+from app.partitioning import PartitionSpec, with_partition_field
+
+ROWS = StructType([
+    StructField("id", IntegerType()),
+    StructField("placed_at", TimestampType()),
+    StructField("due", DateType()),
+    StructField("local_at", TimestampNTZType()),
+    StructField("region", StringType()),
+])
+PLUS_14 = timezone(timedelta(hours=14))
+
+
+@pytest.mark.parametrize(
+    ("text", "spec", "field"),
+    [
+        ("region", PartitionSpec("region"), "region"),
+        ("day(placed_at)", PartitionSpec("placed_at", "day"), "placed_at_day"),
+        (" month( placed_at ) ", PartitionSpec("placed_at", "month"), "placed_at_month"),
+        ("year(due)", PartitionSpec("due", "year"), "due_year"),
+    ],
+)
+def test_partition_specs_parse(text: str, spec: PartitionSpec, field: str) -> None:
+    assert PartitionSpec.parse(text) == spec
+    assert spec.field == field
+    assert PartitionSpec.parse(str(spec)) == spec
+
+
+@pytest.mark.parametrize("text", ["hour(placed_at)", "day()", "day(a, b)", "a.b", "", "day(placed_at"])
+def test_bad_partition_specs_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="expected a column name or day"):
+        PartitionSpec.parse(text)
+
+
+def test_day_month_year_of_a_timestamp_are_utc_whatever_the_session_zone(spark: SparkSession) -> None:
+    # The test session runs in America/Los_Angeles: 2024-03-01 02:30 UTC is still Feb 29 there.
+    assert spark.conf.get("spark.sql.session.timeZone") != "UTC"
+    rows = [
+        (1, datetime(2024, 3, 1, 2, 30, tzinfo=UTC), date(2024, 3, 1), datetime(2024, 3, 1, 23, 59), "eu"),
+        (2, datetime(2024, 1, 1, 0, 30, tzinfo=PLUS_14), date(1969, 12, 31), datetime(1969, 12, 31, 0, 0), "us"),
+        (3, datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC), None, None, None),  # before the epoch: floor
+        (4, None, None, None, None),
+    ]
+    df = spark.createDataFrame(rows, ROWS)
+
+    derived = (
+        df.transform(with_partition_field, PartitionSpec("placed_at", "day"))
+        .transform(with_partition_field, PartitionSpec("placed_at", "month"))
+        .transform(with_partition_field, PartitionSpec("placed_at", "year"))
+        .transform(with_partition_field, PartitionSpec("due", "day"))
+        .transform(with_partition_field, PartitionSpec("local_at", "day"))
+        .select("id", "placed_at_day", "placed_at_month", "placed_at_year", "due_day", "local_at_day")
+    )
+
+    expected = spark.createDataFrame(
+        [
+            (1, "2024-03-01", "2024-03", "2024", "2024-03-01", "2024-03-01"),
+            (2, "2023-12-31", "2023-12", "2023", "1969-12-31", "1969-12-31"),
+            (3, "1969-12-31", "1969-12", "1969", None, None),
+            (4, None, None, None, None, None),
+        ],
+        "id int, placed_at_day string, placed_at_month string, placed_at_year string, due_day string, "
+        "local_at_day string",
+    )
+    assert_df_equality(derived, expected, ignore_row_order=True)
+
+
+def test_value_partitioning_adds_no_column(spark: SparkSession) -> None:
+    df = spark.createDataFrame([(1, None, None, None, "eu")], ROWS)
+    assert_df_equality(df.transform(with_partition_field, PartitionSpec("region")), df)
+    assert_df_equality(df.transform(with_partition_field, None), df)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (PartitionSpec("missing"), "the table has no column 'missing'"),
+        (PartitionSpec("region", "day"), "'region' is string, not a date or timestamp"),
+        (PartitionSpec("id", "year"), "'id' is int, not a date or timestamp"),
+    ],
+)
+def test_partitioning_the_wrong_column_is_refused(spark: SparkSession, spec: PartitionSpec, message: str) -> None:
+    df = spark.createDataFrame([], ROWS)
+    with pytest.raises(EnvelopeError, match=message):
+        with_partition_field(df, spec)
+
+
+def test_a_derived_column_never_replaces_a_source_column(spark: SparkSession) -> None:
+    df = spark.createDataFrame([], "id int, placed_at timestamp, placed_at_day string")
+    with pytest.raises(EnvelopeError, match="would replace a source column"):
+        with_partition_field(df, PartitionSpec("placed_at", "day"))
+
+
+def _target(**kwargs: object) -> HudiTarget:
+    base: dict[str, object] = {"database": "db", "table": "t", "path": "s3a://lake/silver/db/t", "record_key": ("id",)}
+    return HudiTarget(**{**base, **kwargs})  # type: ignore[arg-type]
+
+
+def test_a_non_partitioned_copy_on_write_table() -> None:
+    options = write_options(_target(), 7, "q")
+    assert options["hoodie.datasource.write.keygenerator.class"].endswith("NonpartitionedKeyGenerator")
+    assert options["hoodie.datasource.hive_sync.partition_extractor_class"].endswith("NonPartitionedExtractor")
+    assert "hoodie.index.type" not in options
+    assert "hoodie.compact.inline" not in options
+    assert (options["hoodie.cleaner.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
+
+
+@pytest.mark.parametrize(("keys", "generator"), [(("id",), "SimpleKeyGenerator"), (("a", "b"), "ComplexKeyGenerator")])
+def test_a_partitioned_table_uses_the_global_record_index(keys: tuple[str, ...], generator: str) -> None:
+    options = write_options(_target(record_key=keys, partition=PartitionSpec("placed_at", "day")), 7, "q")
+    assert options["hoodie.datasource.write.keygenerator.class"] == f"org.apache.hudi.keygen.{generator}"
+    assert options["hoodie.datasource.write.partitionpath.field"] == "placed_at_day"
+    assert options["hoodie.datasource.write.hive_style_partitioning"] == "true"
+    assert options["hoodie.index.type"] == "RECORD_INDEX"
+    assert options["hoodie.metadata.record.index.enable"] == "true"
+    assert options["hoodie.record.index.update.partition.path"] == "true"
+    assert options["hoodie.datasource.hive_sync.partition_fields"] == "placed_at_day"
+    assert options["hoodie.datasource.hive_sync.partition_extractor_class"].endswith("MultiPartKeysValueExtractor")
+
+
+def test_a_merge_on_read_table_compacts_inline_and_cleans() -> None:
+    options = write_options(
+        _target(table_type="MERGE_ON_READ", compaction_delta_commits=2, retain_commits=5), 7, "q"
+    )
+    assert options["hoodie.datasource.write.table.type"] == "MERGE_ON_READ"
+    assert options["hoodie.compact.inline"] == "true"
+    assert options["hoodie.compact.inline.max.delta.commits"] == "2"
+    assert options["hoodie.clean.automatic"] == "true"
+    assert (options["hoodie.cleaner.commits.retained"], options["hoodie.keep.min.commits"]) == ("5", "15")
