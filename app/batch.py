@@ -12,6 +12,7 @@ ledger write (when the batch deletes or re-inserts keys); the Hudi write.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException, CapturedException
 
 from app.bronze import write_bronze
+from app.commit import OffsetRanges, commit_metadata, last_committed
 from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
 from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, with_ledger_verdict
@@ -32,7 +34,7 @@ from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWrit
 from app.framing import Framing, with_framing
 from app.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
 from app.partitioning import with_partition_field
-from app.position import connector_kind
+from app.position import POSITION_COL, connector_kind
 from app.registry import RegistryClient, SchemaRef
 from app.route import TableRoute, route_topic
 from app.types import placeholder_tests, reader_schema, with_debezium_types
@@ -40,6 +42,8 @@ from app.unavailable import filter_current_rows, is_pending, is_unresolved, with
 from app.unwrap import (
     INTERNAL_COLUMNS,
     LATEST_COL,
+    OFFSET_COL,
+    PARTITION_COL,
     UNAVAILABLE_COL,
     filter_data_changes,
     filter_latest,
@@ -65,6 +69,7 @@ class TableBatchStats:
     superseded: int = 0
     blocked: int = 0
     unresolved: int = 0
+    replayed: int = 0  # records whose offsets the table had committed already (a replayed batch)
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
 
@@ -72,7 +77,7 @@ class TableBatchStats:
         return (
             f"batch={batch_id} table={self.table} rows_in={self.rows_in} upserts={self.upserts} "
             f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
-            f"blocked={self.blocked} unresolved={self.unresolved} "
+            f"blocked={self.blocked} unresolved={self.unresolved} replayed={self.replayed} "
             f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
         )
 
@@ -115,7 +120,12 @@ class BatchProcessor:
             log.info("batch=%s empty", batch_id)
             return
         try:
-            write_bronze(raw_df, self.config.lake.bronze_path)
+            offsets = {tp: r for plan in plans for tp, r in plan.summary.offsets.items()}
+            bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets)
+            if bronze.skipped:
+                log.info(
+                    "batch=%s bronze: %d records already held; written %s", batch_id, bronze.skipped, bronze.written
+                )
         except (Py4JJavaError, CapturedException) as e:
             raise SinkWriteError(
                 f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"
@@ -147,17 +157,20 @@ class BatchProcessor:
         Drives everything after."""
         rows = (
             framed_df.groupBy(
-                "topic", "key_id_type", "key_schema_id", "value_id_type", "value_schema_id",
+                "topic", "partition", "key_id_type", "key_schema_id", "value_id_type", "value_schema_id",
                 F.col("key_frame_error").isNotNull().alias("key_bad"),
                 F.col("value_frame_error").isNotNull().alias("value_bad"),
             )
-            .agg(F.count(F.lit(1)).alias("n"))
+            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("first"), F.max("offset").alias("last"))
             .collect()
         )
         summary: dict[str, _TopicSummary] = defaultdict(_TopicSummary)
         for row in rows:
             s = summary[row["topic"]]
             s.rows_in += row["n"]
+            tp = (row["topic"], row["partition"])
+            first, last = s.offsets.get(tp, (row["first"], row["last"]))
+            s.offsets[tp] = (min(first, row["first"]), max(last, row["last"]))
             if row["key_bad"]:
                 s.key_unframed += row["n"]
             if row["value_bad"]:
@@ -250,6 +263,30 @@ class BatchProcessor:
         spark = plan.events_df.sparkSession
         stats = plan.stats
         keys = target.record_key
+        batch_offsets = OffsetRanges(plan.summary.offsets)
+        committed = last_committed(spark, target.path)
+        if committed is not None and committed.covers(batch_offsets):
+            stats.replayed = plan.summary.rows_in
+            stats.skipped = 0
+            log.info(
+                "batch=%s table=%s already committed at %s (offsets %s): skipped",
+                batch_id, target.qualified_name, committed.instant, batch_offsets,
+            )
+            return
+        if committed is not None and committed.overlaps(batch_offsets):
+            # Re-read after a lost checkpoint, with other batch boundaries: apply only what was not applied.
+            new_offsets = committed.after(batch_offsets)
+            log.info(
+                "batch=%s table=%s offsets %s committed up to %s at %s: writing %s only",
+                batch_id, target.qualified_name, batch_offsets, dict(committed.last), committed.instant, new_offsets,
+            )
+            not_applied = committed.not_applied(PARTITION_COL, OFFSET_COL, plan.route.topic)
+            plan = dataclasses.replace(plan, events_df=plan.events_df.filter(not_applied))
+            # Offsets within a partition are contiguous (Debezium topics are not transactional).
+            stats.replayed = sum(last - first + 1 for first, last in batch_offsets.ranges.values()) - sum(
+                last - first + 1 for first, last in new_offsets.ranges.values()
+            )
+            batch_offsets = new_offsets
         ledger_df = read_ledger(spark, target.ledger.path, keys) if target.delete_mode == "hard" else None
         # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
         judged_df = plan.judged_df(ledger_df).persist()
@@ -264,7 +301,7 @@ class BatchProcessor:
             stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
             stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
             # Rows that are neither tombstones nor data changes: truncate and logical-message events.
-            stats.skipped = plan.summary.rows_in - counts["events"]
+            stats.skipped = plan.summary.rows_in - stats.replayed - counts["events"]
             stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
             written = F.col(LATEST_COL) & ~F.col(BLOCKED_COL)
             if stats.unresolved:
@@ -283,7 +320,8 @@ class BatchProcessor:
                 raise EnvelopeError(
                     f"{route.qualified_name} (tables.{route.source_schema}.{route.source_table}.partition_by): {e}"
                 ) from e
-            write_silver(rows_df, target, batch_id, query_id)
+            extra = commit_metadata(batch_offsets, committed, counts["max_position"])
+            write_silver(rows_df, target, batch_id, query_id, extra)
         finally:
             judged_df.unpersist()
 
@@ -356,6 +394,7 @@ class _TopicSummary:
     key_unframed: int = 0
     key_ids: set[SchemaRef] = field(default_factory=set)
     value_ids: set[SchemaRef] = field(default_factory=set)
+    offsets: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # first, last per partition
 
 
 @dataclass(frozen=True)
@@ -421,9 +460,9 @@ def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
         return record_fields(envelope_schema_json, "after")
 
 
-def _count(judged_df: DataFrame) -> dict[str, int]:
+def _count(judged_df: DataFrame) -> dict[str, Any]:
     """Events, and among the latest per key: upserts, deletes, blocked, re-inserts, pending (to be written but
-    lacking a value) and unresolved. One aggregate."""
+    lacking a value), unresolved, and the highest position written. One aggregate."""
     latest, deleted, blocked = F.col(LATEST_COL), is_delete(judged_df.columns), F.col(BLOCKED_COL)
     row = judged_df.agg(
         F.count(F.lit(1)).alias("events"),
@@ -433,6 +472,7 @@ def _count(judged_df: DataFrame) -> dict[str, int]:
         F.count(F.when(latest & F.col(REINSERT_COL), 1)).alias("reinserts"),
         F.count(F.when(latest & ~blocked & is_pending(), 1)).alias("pending"),
         F.count(F.when(latest & ~blocked & is_unresolved(), 1)).alias("unresolved"),
+        F.max(F.when(latest & ~blocked, F.col(POSITION_COL))).alias("max_position"),
     ).first()
     assert row is not None  # a global aggregate always returns one row
     return row.asDict()

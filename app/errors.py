@@ -65,3 +65,7 @@ def java_root_cause(exc: BaseException) -> str:
         return str(java.toString())
     except Exception:
         return str(exc).splitlines()[0]
+
+
+class ResumeError(PipelineError):
+    """The checkpoint is missing and the Silver tables do not say where to resume (app/resume.py)."""

@@ -8,7 +8,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 
-def _fs_and_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+def fs_and_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    """The Hadoop FileSystem of a URI (in the session's configuration) and the URI as a Hadoop Path."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     path = jvm.org.apache.hadoop.fs.Path(uri)
@@ -18,7 +19,7 @@ def _fs_and_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
 def list_files(spark: SparkSession, root: str, suffix: str = "") -> list[str]:
     """Paths of every file below `root` (recursively) whose name ends with `suffix`, relative to root, sorted.
     An absent root has no files."""
-    fs, path = _fs_and_path(spark, root)
+    fs, path = fs_and_path(spark, root)
     if not fs.exists(path):
         return []
     base = fs.makeQualified(path).toString().rstrip("/") + "/"
@@ -33,5 +34,5 @@ def list_files(spark: SparkSession, root: str, suffix: str = "") -> list[str]:
 
 def delete_path(spark: SparkSession, uri: str) -> bool:
     """Remove a file or a folder and everything below it; False when there was nothing."""
-    fs, path = _fs_and_path(spark, uri)
+    fs, path = fs_and_path(spark, uri)
     return bool(fs.delete(path, True))

@@ -21,6 +21,7 @@ from app.batch import BatchProcessor
 from app.config import JobConfig, load_config
 from app.errors import ConfigError, PipelineError
 from app.registry import RegistryClient
+from app.resume import resume_offsets
 from app.source import read_kafka
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 
@@ -46,13 +47,19 @@ def configure_logging(level: str) -> None:
 def start_query(
     spark: SparkSession, config: JobConfig, processor: BatchProcessor, available_now: bool
 ) -> StreamingQuery:
-    """Start the streaming query: Kafka source -> foreachBatch(processor.process), checkpointed."""
+    """Start the streaming query: Kafka source -> foreachBatch(processor.process), checkpointed.
+
+    Without a checkpoint over existing tables, reading resumes after the offsets the tables committed.
+
+    Raises:
+        ResumeError: the checkpoint is missing and the tables record no offsets.
+    """
     if config.lake.checkpoint_path.startswith("s3a://"):
         # A rename is a copy on S3: Spark's abortable-stream manager writes checkpoint files without renames. It
         # needs a file system with abortable streams (s3a); EMRFS s3:// keeps Spark's default manager.
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", ABORTABLE_CHECKPOINT_MANAGER)
     writer = (
-        read_kafka(spark, config.kafka)
+        read_kafka(spark, config.kafka, resume_offsets(spark, config))
         .writeStream.foreachBatch(processor.process)
         .option("checkpointLocation", config.lake.checkpoint_path)
         .queryName("cdc-lakehouse")

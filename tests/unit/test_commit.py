@@ -1,0 +1,102 @@
+"""What a Silver commit records of its batch, read back from the real Hudi timeline (app/commit.py), and where a
+start without a checkpoint resumes (app/resume.py). Local Hudi tables; no Kafka."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app.commit import Committed, OffsetRanges, commit_metadata, last_committed, parse_committed
+from app.config import JobConfig, parse_config
+from app.errors import ResumeError
+from app.hudi import HudiTarget, write_silver
+from app.resume import resume_offsets, starting_offsets_json
+
+NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
+
+
+def test_covers_overlaps_and_what_is_left() -> None:
+    committed = Committed("1", {("t", 0): 9, ("t", 1): 4})
+    assert committed.covers(OffsetRanges({("t", 0): (5, 9), ("t", 1): (0, 4)}))
+    assert not committed.covers(OffsetRanges({("t", 0): (5, 10)}))
+    assert not committed.covers(OffsetRanges({("t", 2): (0, 0)}))  # a partition never committed
+    batch = OffsetRanges({("t", 0): (5, 14), ("t", 1): (5, 6), ("t", 2): (0, 3)})
+    assert committed.overlaps(batch)
+    assert committed.after(batch) == OffsetRanges({("t", 0): (10, 14), ("t", 1): (5, 6), ("t", 2): (0, 3)})
+    assert not committed.overlaps(OffsetRanges({("t", 0): (10, 12)}))
+
+
+def test_committed_offsets_accumulate_across_commits() -> None:
+    first = commit_metadata(OffsetRanges({("t", 0): (0, 9), ("t", 1): (0, 2)}), None, "00000000/0000000A")
+    assert json.loads(first["_cdc.offsets"]) == {"t": {"0": [0, 9], "1": [0, 2]}}
+    previous = parse_committed("1", first["_cdc.committed"])
+    second = commit_metadata(OffsetRanges({("t", 0): (10, 12)}), previous, None)  # partition 1 absent
+    assert json.loads(second["_cdc.committed"]) == {"t": {"0": 12, "1": 2}}
+    assert "_cdc.max_position" not in second
+
+
+def test_starting_offsets_cover_every_partition() -> None:
+    text, from_earliest = starting_offsets_json({"a": [0, 1], "b": [0]}, {("a", 0): 41, ("a", 1): 7})
+    assert json.loads(text) == {"a": {"0": 42, "1": 8}, "b": {"0": -2}}
+    assert from_earliest == [("b", 0)]
+
+
+def _target(path: Path, table_type: str = "COPY_ON_WRITE") -> HudiTarget:
+    return HudiTarget("db", path.name, str(path), ("id",), table_type=table_type, compaction_delta_commits=2)
+
+
+def _write(spark: SparkSession, target: HudiTarget, ids: range, position: int, extra: dict[str, str]) -> None:
+    rows = [(i, f"v{position}", f"{position:08d}", False) for i in ids]
+    df = spark.createDataFrame(rows, "id int, v string, _cdc_position string, _hoodie_is_deleted boolean")
+    write_silver(df, target, position, "q", {**NO_SYNC, **extra})
+
+
+def test_the_newest_commit_with_offsets_is_found_past_compaction(spark: SparkSession, tmp_path: Path) -> None:
+    target = _target(tmp_path / "t", "MERGE_ON_READ")
+    assert last_committed(spark, target.path) is None  # no table yet
+    committed = None
+    for n, (first, last) in enumerate([(0, 4), (5, 9), (10, 11)], start=1):
+        batch = OffsetRanges({("topic", 0): (first, last)})
+        _write(spark, target, range(3), n, commit_metadata(batch, committed, f"{n:08d}"))
+        committed = last_committed(spark, target.path)
+        assert committed is not None and dict(committed.last) == {("topic", 0): last}
+        if n == 2:
+            # The second delta commit compacted inline: the newest completed instant is that compaction's
+            # `commit`, which records no offsets, and was passed over.
+            completed = sorted(p.name for p in (tmp_path / "t" / ".hoodie" / "timeline").glob("*_*.*commit"))
+            assert completed[-1].endswith(".commit"), completed
+
+
+def _config(tmp_path: Path) -> JobConfig:
+    return parse_config({
+        "kafka": {"bootstrap_servers": "127.0.0.1:1", "topic_pattern": r"cdc\..*"},
+        "registry": {"url": "http://127.0.0.1:1"},
+        "source": {"topic_prefix": "cdc"},
+        "lake": {
+            "database": "db",
+            "silver_path": str(tmp_path / "silver"),
+            "bronze_path": str(tmp_path / "bronze"),
+            "checkpoint_path": str(tmp_path / "checkpoint"),
+        },
+    })
+
+
+def test_no_checkpoint_and_no_tables_is_a_first_start(spark: SparkSession, tmp_path: Path) -> None:
+    assert resume_offsets(spark, _config(tmp_path)) is None
+
+
+def test_a_checkpoint_wins(spark: SparkSession, tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    _write(spark, _target(Path(config.lake.table_path("a"))), range(2), 1, {})
+    (tmp_path / "checkpoint" / "offsets").mkdir(parents=True)
+    (tmp_path / "checkpoint" / "offsets" / "0").write_text("v1\n{}\n{}\n")
+    assert resume_offsets(spark, config) is None
+
+
+def test_tables_without_offsets_and_no_checkpoint_refuse_to_start(spark: SparkSession, tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    _write(spark, _target(Path(config.lake.table_path("a"))), range(2), 1, {})
+    with pytest.raises(ResumeError, match=r"checkpoint .* is missing .* record no Kafka offsets.*Restore the"):
+        resume_offsets(spark, config)
