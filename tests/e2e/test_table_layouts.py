@@ -23,15 +23,14 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.batch import BatchProcessor
 from app.config import JobConfig, TableConfig
 from app.hudi import completed_instants
 from app.lakefs import list_files
-from app.main import await_query, start_query
-from app.registry import RegistryClient
 from tests.conftest import RUN_ID
-from tests.support.cdc import PG_DSN, KafkaRecord, debezium_connector, job_config_for, produce_again, read_topic
+from tests.support.cdc import KafkaRecord, debezium_connector, job_config_for, produce_again, read_topic
 from tests.support.metastore import metastore_partitions, metastore_table
+from tests.support.pipeline import Pipeline as JobPipeline
+from tests.support.pipeline import source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 log = logging.getLogger(__name__)
@@ -62,16 +61,7 @@ from {SCHEMA}.orders
 """
 
 
-@dataclasses.dataclass
-class Pipeline:
-    spark: SparkSession
-    config: JobConfig
-    processor: BatchProcessor
-
-    def run(self) -> None:
-        query = start_query(self.spark, self.config, self.processor, available_now=True)
-        await_query(query, self.processor)
-
+class Pipeline(JobPipeline):
     def path(self, table: str) -> str:
         return self.config.lake.table_path(f"{SCHEMA}_{table}")
 
@@ -81,11 +71,8 @@ class Pipeline:
 
 @pytest.fixture(scope="module")
 def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f"drop schema if exists {SCHEMA} cascade")
-        conn.execute(DDL)
+    with source_schema(SCHEMA, DDL) as conn:
         yield conn
-        conn.execute(f"drop schema if exists {SCHEMA} cascade")
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +85,7 @@ def pipeline(
             f"{SCHEMA}.readings": TableConfig(table_type="MERGE_ON_READ", partition_by="region"),
             f"{SCHEMA}.orders": TableConfig(partition_by="day(placed_at)"),
         })
-        yield Pipeline(spark, config, BatchProcessor(config, RegistryClient.from_config(config.registry)))
+        yield Pipeline.of(spark, config)
 
 
 def wait_records(table: str, count: int) -> list[KafkaRecord]:

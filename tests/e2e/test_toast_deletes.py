@@ -23,12 +23,11 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.batch import BatchProcessor
 from app.config import JobConfig, TableConfig
-from app.main import await_query, start_query
-from app.registry import RegistryClient
 from tests.conftest import RUN_ID
-from tests.support.cdc import PG_DSN, KafkaRecord, debezium_connector, job_config_for, produce_again, read_topic
+from tests.support.cdc import KafkaRecord, debezium_connector, job_config_for, produce_again, read_topic
+from tests.support.pipeline import Pipeline as JobPipeline
+from tests.support.pipeline import source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -58,16 +57,7 @@ insert into {SCHEMA}.docs values (%s, 0,
 """
 
 
-@dataclasses.dataclass
-class Pipeline:
-    spark: SparkSession
-    config: JobConfig
-    processor: BatchProcessor
-
-    def run(self) -> None:
-        query = start_query(self.spark, self.config, self.processor, available_now=True)
-        await_query(query, self.processor)
-
+class Pipeline(JobPipeline):
     def silver(self, table: str) -> Any:
         return self.spark.read.format("hudi").load(self.config.lake.table_path(f"{SCHEMA}_{table}"))
 
@@ -77,11 +67,8 @@ class Pipeline:
 
 @pytest.fixture(scope="module")
 def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f"drop schema if exists {SCHEMA} cascade")
-        conn.execute(DDL)
+    with source_schema(SCHEMA, DDL) as conn:
         yield conn
-        conn.execute(f"drop schema if exists {SCHEMA} cascade")
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +78,7 @@ def pipeline(
     with debezium_connector(f"td-{RUN_ID}", PREFIX, [SCHEMA]):
         config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/toast_deletes")
         config = dataclasses.replace(config, tables={f"{SCHEMA}.soft_items": TableConfig(delete_mode="soft")})
-        yield Pipeline(spark, config, BatchProcessor(config, RegistryClient.from_config(config.registry)))
+        yield Pipeline.of(spark, config)
 
 
 def topic(table: str) -> str:

@@ -1,0 +1,151 @@
+"""Replays are harmless, on the real stack (PostgreSQL -> Debezium -> Kafka -> the job -> Hudi + Bronze on S3).
+
+- Spark replays a batch it ran but had not recorded (its `commits/<n>` entry gone, as after a kill between the
+  Silver commits and Spark's own): every table finds the batch's offsets on its timeline and skips it, Bronze
+  finds them in complete ranges and writes nothing.
+- The checkpoint is lost: the job resumes after the offsets the tables committed, not from `earliest`; the
+  first batch holds only the records written since.
+Afterwards every Silver table equals PostgreSQL and Bronze holds every Kafka offset exactly once.
+
+Phases build on each other and run in file order.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pyspark.sql import SparkSession
+
+from app.bronze import read_bronze
+from app.config import JobConfig
+from app.hudi import completed_instants
+from app.lakefs import delete_path, list_files
+from tests.conftest import RUN_ID
+from tests.support.cdc import debezium_connector, job_config_for, read_topic
+from tests.support.pipeline import Pipeline as JobPipeline
+from tests.support.pipeline import source_schema
+
+pytestmark = [pytest.mark.stack, pytest.mark.slow]
+
+SCHEMA = f"xo_{RUN_ID}"
+PREFIX = f"xo{RUN_ID}"
+DATABASE = f"xo_{RUN_ID}"
+TABLES = ("items", "notes")
+
+DDL = f"""
+create schema {SCHEMA};
+create table {SCHEMA}.items (id int primary key, name text, qty int);
+create table {SCHEMA}.notes (id int primary key, body text);
+insert into {SCHEMA}.items select i, 'item ' || i, i from generate_series(1, 20) i;
+insert into {SCHEMA}.notes select i, 'note ' || i from generate_series(1, 5) i;
+"""
+
+
+class Pipeline(JobPipeline):
+    def run(self) -> None:
+        self.processor.history.clear()
+        super().run()
+
+    def path(self, table: str) -> str:
+        return self.config.lake.table_path(f"{SCHEMA}_{table}")
+
+    def rows(self, table: str) -> set[tuple[Any, ...]]:
+        df = self.spark.read.format("hudi").load(self.path(table))
+        columns = ["id", "name", "qty"] if table == "items" else ["id", "body"]
+        return {tuple(r) for r in df.select(*columns).collect()}
+
+    def commits(self, table: str) -> list[str]:
+        return completed_instants(self.spark, self.path(table))
+
+
+@pytest.fixture(scope="module")
+def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
+    with source_schema(SCHEMA, DDL) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="module")
+def pipeline(
+    spark: SparkSession, local_config: JobConfig, pg_conn: psycopg.Connection, lake_root: str
+) -> Iterator[Pipeline]:
+    with debezium_connector(f"xo-{RUN_ID}", PREFIX, [SCHEMA]):
+        config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/exactly_once")
+        yield Pipeline.of(spark, config)
+
+
+def topic(table: str) -> str:
+    return f"{PREFIX}.{SCHEMA}.{table}"
+
+
+def kafka_offsets(counts: dict[str, int]) -> set[tuple[str, int, int]]:
+    """Every (topic, partition, offset) of the tables' topics, once each topic holds at least `counts[table]`."""
+    found = set()
+    for table, count in counts.items():
+        deadline = time.monotonic() + 90
+        while len(records := read_topic(topic(table))) < count:
+            assert time.monotonic() < deadline, f"{topic(table)}: {len(records)} records, expected {count}"
+            time.sleep(0.5)
+        found |= {(r.topic, r.partition, r.offset) for r in records}
+    return found
+
+
+def assert_lake_equals_source(p: Pipeline, conn: psycopg.Connection, offsets: set[tuple[str, int, int]]) -> None:
+    assert p.rows("items") == {tuple(r) for r in conn.execute(f"select id, name, qty from {SCHEMA}.items")}
+    assert p.rows("notes") == {tuple(r) for r in conn.execute(f"select id, body from {SCHEMA}.notes")}
+    bronze = read_bronze(p.spark, p.config.lake.bronze_path)
+    assert bronze is not None
+    held = [(r.topic, r.partition, r.offset) for r in bronze.select("topic", "partition", "offset").collect()]
+    assert len(held) == len(set(held)), "an offset is in Bronze twice"
+    assert set(held) == offsets
+
+
+def test_snapshot(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
+    offsets = kafka_offsets({"items": 20, "notes": 5})
+    pipeline.run()
+    assert_lake_equals_source(pipeline, pg_conn, offsets)
+
+
+def test_a_batch_spark_replays_is_skipped_by_every_table_and_by_bronze(
+    pipeline: Pipeline, pg_conn: psycopg.Connection
+) -> None:
+    pg_conn.execute(f"update {SCHEMA}.items set qty = qty * 10 where id <= 5")
+    pg_conn.execute(f"delete from {SCHEMA}.notes where id = 1")
+    offsets = kafka_offsets({"items": 25, "notes": 7})
+    pipeline.run()
+    assert_lake_equals_source(pipeline, pg_conn, offsets)
+    commits = {t: pipeline.commits(t) for t in TABLES}
+
+    # As if the job died after the tables committed and before Spark recorded the batch.
+    checkpoint = pipeline.config.lake.checkpoint_path
+    entries = [f for f in list_files(pipeline.spark, f"{checkpoint}/commits") if f.rpartition("/")[2].isdigit()]
+    last = max(entries, key=lambda f: int(f.rpartition("/")[2]))
+    assert delete_path(pipeline.spark, f"{checkpoint}/commits/{last}")
+    pipeline.run()
+
+    assert len(pipeline.processor.history) == 1  # the replay, nothing else
+    stats = pipeline.processor.history[0]
+    assert {t: (s.rows_in, s.replayed, s.upserts) for t, s in stats.items()} == {
+        f"{DATABASE}.{SCHEMA}_items": (5, 5, 0), f"{DATABASE}.{SCHEMA}_notes": (2, 2, 0),
+    }
+    assert {t: pipeline.commits(t) for t in TABLES} == commits  # no new Silver commit
+    assert_lake_equals_source(pipeline, pg_conn, offsets)
+
+
+def test_a_lost_checkpoint_resumes_after_the_committed_offsets(
+    pipeline: Pipeline, pg_conn: psycopg.Connection
+) -> None:
+    pg_conn.execute(f"insert into {SCHEMA}.items values (21, 'item 21', 21)")
+    pg_conn.execute(f"update {SCHEMA}.items set name = 'renamed' where id = 6")
+    pg_conn.execute(f"update {SCHEMA}.notes set body = 'edited' where id = 2")
+    offsets = kafka_offsets({"items": 27, "notes": 8})
+    assert delete_path(pipeline.spark, pipeline.config.lake.checkpoint_path)
+
+    pipeline.run()
+
+    # Only what came after the tables' last commits was read: 2 items records and 1 notes record, not 27 + 8.
+    rows_in = {t: s.rows_in for batch in pipeline.processor.history for t, s in batch.items()}
+    assert rows_in == {f"{DATABASE}.{SCHEMA}_items": 2, f"{DATABASE}.{SCHEMA}_notes": 1}
+    assert_lake_equals_source(pipeline, pg_conn, offsets)

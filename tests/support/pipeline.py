@@ -1,0 +1,42 @@
+"""The job as the end-to-end tests drive it: in this process, available-now runs, against one source schema."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Self
+
+import psycopg
+from pyspark.sql import SparkSession
+
+from app.batch import BatchProcessor
+from app.config import JobConfig
+from app.main import await_query, start_query
+from app.registry import RegistryClient
+from tests.support.cdc import PG_DSN
+
+
+@dataclasses.dataclass
+class Pipeline:
+    spark: SparkSession
+    config: JobConfig
+    processor: BatchProcessor
+
+    @classmethod
+    def of(cls, spark: SparkSession, config: JobConfig) -> Self:
+        return cls(spark, config, BatchProcessor(config, RegistryClient.from_config(config.registry)))
+
+    def run(self) -> None:
+        """Every offset present now, through the same start/await functions as app/main.py."""
+        query = start_query(self.spark, self.config, self.processor, available_now=True)
+        await_query(query, self.processor)
+
+
+@contextmanager
+def source_schema(schema: str, ddl: str) -> Iterator[psycopg.Connection]:
+    """A fresh PostgreSQL schema made by `ddl`, dropped afterwards; yields an autocommit connection."""
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f"drop schema if exists {schema} cascade")
+        conn.execute(ddl)
+        yield conn
+        conn.execute(f"drop schema if exists {schema} cascade")
