@@ -34,6 +34,7 @@ from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWrit
 from app.framing import Framing, with_framing
 from app.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
 from app.partitioning import with_partition_field
+from app.pause import pause_point
 from app.position import POSITION_COL, connector_kind
 from app.registry import RegistryClient, SchemaRef
 from app.route import TableRoute, route_topic
@@ -119,6 +120,7 @@ class BatchProcessor:
         if not plans:
             log.info("batch=%s empty", batch_id)
             return
+        pause_point("decode", batch_id=batch_id, tables=[p.route.qualified_name for p in plans])
         try:
             offsets = {tp: r for plan in plans for tp, r in plan.summary.offsets.items()}
             bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets)
@@ -130,8 +132,15 @@ class BatchProcessor:
             raise SinkWriteError(
                 f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"
             ) from e
-        for table_plan in plans:
+        pause_point("bronze_written", batch_id=batch_id, tables=[p.route.qualified_name for p in plans])
+        for n, table_plan in enumerate(plans):
+            if n:
+                pause_point(
+                    "between_tables", batch_id=batch_id, committed=[p.route.qualified_name for p in plans[:n]],
+                    remaining=[p.route.qualified_name for p in plans[n:]],
+                )
             self._write_table(table_plan, batch_id, query_id)
+        pause_point("tables_committed", batch_id=batch_id, committed=[p.route.qualified_name for p in plans])
         self.last_stats = {p.stats.table: p.stats for p in plans}
         self.history.append(self.last_stats)
         log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(plans), time.monotonic() - started)
