@@ -115,8 +115,8 @@ def table_service_options(target: HudiTarget) -> dict[str, str]:
     retain = target.retain_commits
     options = {
         "hoodie.clean.automatic": "true",
-        "hoodie.cleaner.policy": "KEEP_LATEST_COMMITS",
-        "hoodie.cleaner.commits.retained": str(retain),
+        "hoodie.clean.policy": "KEEP_LATEST_COMMITS",
+        "hoodie.clean.commits.retained": str(retain),
         # Archival keeps more instants than the cleaner retains (Hudi requires it).
         "hoodie.archive.automatic": "true",
         "hoodie.keep.min.commits": str(retain + 10),

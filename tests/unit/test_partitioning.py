@@ -121,7 +121,7 @@ def test_a_non_partitioned_copy_on_write_table() -> None:
     assert options["hoodie.datasource.hive_sync.partition_extractor_class"].endswith("NonPartitionedExtractor")
     assert "hoodie.index.type" not in options
     assert "hoodie.compact.inline" not in options
-    assert (options["hoodie.cleaner.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
+    assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
 
 
 @pytest.mark.parametrize(("keys", "generator"), [(("id",), "SimpleKeyGenerator"), (("a", "b"), "ComplexKeyGenerator")])
@@ -145,4 +145,4 @@ def test_a_merge_on_read_table_compacts_inline_and_cleans() -> None:
     assert options["hoodie.compact.inline"] == "true"
     assert options["hoodie.compact.inline.max.delta.commits"] == "2"
     assert options["hoodie.clean.automatic"] == "true"
-    assert (options["hoodie.cleaner.commits.retained"], options["hoodie.keep.min.commits"]) == ("5", "15")
+    assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("5", "15")
