@@ -14,7 +14,8 @@ some or all of its files; that folder is not part of Bronze yet. The marker is w
 place, so a complete folder holds the whole range.
 
 A write, per (topic, partition) of the batch:
-  1. folders without a marker (a write killed half-way) are removed: this job is the only writer of its Bronze;
+  1. folders without a marker (a write killed half-way; it always lies at or above the batch's first offset)
+     are removed: this job is the only writer of its Bronze;
   2. records inside a complete folder's range are dropped: a replayed batch writes nothing, a batch re-read
      with other boundaries (after a lost checkpoint) writes only the offsets no complete folder holds;
   3. the rest is written by one Spark write of the batch into `<bronze>/_staging/<uuid>/`, each (topic,
@@ -80,15 +81,20 @@ def bronze_rows(kafka_df: DataFrame) -> DataFrame:
     return kafka_df.select(*BRONZE_COLUMNS)
 
 
-def list_ranges(spark: SparkSession, bronze_path: str, topic: str, partition: int) -> list[BronzeRange]:
-    """The range folders of one (topic, partition), complete or not, by first offset."""
+def list_ranges(
+    spark: SparkSession, bronze_path: str, topic: str, partition: int, since: int = 0
+) -> list[BronzeRange]:
+    """The range folders of one (topic, partition) that reach offset `since` or beyond, complete or not, by first
+    offset. Only those get their marker looked up (one request each): a writer passes its batch's first offset.
+    A folder left without a marker always reaches the next batch's start: Bronze is written before the Silver
+    commits the restart resumes after, so an unfinished range lies at or above them."""
     fs, folder = fs_and_path(spark, partition_folder(bronze_path, topic, partition))
     if not fs.exists(folder):
         return []
     ranges = []
     for status in fs.listStatus(folder):
         match = _RANGE.fullmatch(status.getPath().getName())
-        if status.isDirectory() and match:
+        if status.isDirectory() and match and int(match[2]) >= since:
             complete = fs.exists(_jpath(spark, f"{status.getPath().toString()}/{MARKER}"))
             ranges.append(BronzeRange(topic, partition, int(match[1]), int(match[2]), complete))
     return sorted(ranges, key=lambda r: (r.first, r.last))
@@ -109,12 +115,12 @@ def write_bronze(
     bounds: dict[TopicPartition, tuple[int, int]] = {}
     overlapped: list[TopicPartition] = []
     for (topic, partition), (first, last) in sorted(offsets.items()):
-        existing = list_ranges(spark, bronze_path, topic, partition)
+        existing = list_ranges(spark, bronze_path, topic, partition, since=first)
         for incomplete in (r for r in existing if not r.complete):
             delete_path(spark, incomplete.folder(bronze_path))
             result.removed_incomplete += 1
             log.warning("bronze: removed incomplete range %s (a write was cut short)", incomplete.folder(bronze_path))
-        held = [r for r in existing if r.complete and r.first <= last and r.last >= first]
+        held = [r for r in existing if r.complete and r.first <= last]
         here = (F.col("topic") == topic) & (F.col("partition") == partition)
         for r in held:
             here = here & ~F.col("offset").between(r.first, r.last)
