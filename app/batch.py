@@ -120,7 +120,8 @@ class BatchProcessor:
         if not plans:
             log.info("batch=%s empty", batch_id)
             return
-        pause_point("decode", batch_id=batch_id, tables=[p.route.qualified_name for p in plans])
+        names = [p.route.qualified_name for p in plans]
+        pause_point("decode", batch_id=batch_id, tables=names)
         try:
             offsets = {tp: r for plan in plans for tp, r in plan.summary.offsets.items()}
             bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets)
@@ -132,15 +133,12 @@ class BatchProcessor:
             raise SinkWriteError(
                 f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"
             ) from e
-        pause_point("bronze_written", batch_id=batch_id, tables=[p.route.qualified_name for p in plans])
+        pause_point("bronze_written", batch_id=batch_id, tables=names)
         for n, table_plan in enumerate(plans):
             if n:
-                pause_point(
-                    "between_tables", batch_id=batch_id, committed=[p.route.qualified_name for p in plans[:n]],
-                    remaining=[p.route.qualified_name for p in plans[n:]],
-                )
+                pause_point("between_tables", batch_id=batch_id, committed=names[:n], remaining=names[n:])
             self._write_table(table_plan, batch_id, query_id)
-        pause_point("tables_committed", batch_id=batch_id, committed=[p.route.qualified_name for p in plans])
+        pause_point("tables_committed", batch_id=batch_id, committed=names)
         self.last_stats = {p.stats.table: p.stats for p in plans}
         self.history.append(self.last_stats)
         log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(plans), time.monotonic() - started)

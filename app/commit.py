@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
@@ -41,10 +41,7 @@ class OffsetRanges:
     ranges: Mapping[TopicPartition, tuple[int, int]]
 
     def to_json(self) -> str:
-        nested: dict[str, dict[str, list[int]]] = {}
-        for (topic, partition), (first, last) in sorted(self.ranges.items()):
-            nested.setdefault(topic, {})[str(partition)] = [first, last]
-        return json.dumps(nested, separators=(",", ":"))
+        return _per_topic_json({tp: [first, last] for tp, (first, last) in self.ranges.items()})
 
     def __str__(self) -> str:
         return ", ".join(f"{t}[{p}]@{a}-{b}" for (t, p), (a, b) in sorted(self.ranges.items()))
@@ -88,9 +85,14 @@ def committed_json(previous: Committed | None, batch: OffsetRanges) -> str:
     last = dict(previous.last) if previous else {}
     for tp, (_, batch_last) in batch.ranges.items():
         last[tp] = max(last.get(tp, -1), batch_last)
-    nested: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(last.items()):
-        nested.setdefault(topic, {})[str(partition)] = offset
+    return _per_topic_json(last)
+
+
+def _per_topic_json(values: Mapping[TopicPartition, Any]) -> str:
+    """{(topic, partition): value} as compact JSON {"topic": {"partition": value}}, sorted."""
+    nested: dict[str, dict[str, Any]] = {}
+    for (topic, partition), value in sorted(values.items()):
+        nested.setdefault(topic, {})[str(partition)] = value
     return json.dumps(nested, separators=(",", ":"))
 
 
