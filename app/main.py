@@ -36,6 +36,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="process every offset present at start (Hudi commits and checkpoint included), then exit 0",
     )
+    parser.add_argument(
+        "--from-starting-offsets",
+        action="store_true",
+        help="without a checkpoint, read from kafka.starting_offsets even though Silver tables exist (by default the "
+        "job resumes after the offsets they committed, or refuses to start when they record none)",
+    )
     return parser.parse_args(argv)
 
 
@@ -45,7 +51,13 @@ def configure_logging(level: str) -> None:
 
 
 def start_query(
-    spark: SparkSession, config: JobConfig, processor: BatchProcessor, available_now: bool
+    spark: SparkSession,
+    config: JobConfig,
+    processor: BatchProcessor,
+    available_now: bool,
+    *,
+    conf_file: str = "<conf.yaml>",
+    from_starting_offsets: bool = False,
 ) -> StreamingQuery:
     """Start the streaming query: Kafka source -> foreachBatch(processor.process), checkpointed.
 
@@ -59,7 +71,7 @@ def start_query(
         # needs a file system with abortable streams (s3a); EMRFS s3:// keeps Spark's default manager.
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", ABORTABLE_CHECKPOINT_MANAGER)
     writer = (
-        read_kafka(spark, config.kafka, resume_offsets(spark, config))
+        read_kafka(spark, config.kafka, resume_offsets(spark, config, conf_file, from_starting_offsets))
         .writeStream.foreachBatch(processor.process)
         .option("checkpointLocation", config.lake.checkpoint_path)
         .queryName("cdc-lakehouse")
@@ -85,12 +97,16 @@ def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:
     log.info("query %s finished", query.name)
 
 
-def run(config: JobConfig, available_now: bool) -> None:
+def run(config: JobConfig, args: argparse.Namespace) -> None:
     """Build the session, start the query and block until it ends (available-now) or fails."""
     spark = build_session("cdc-lakehouse", config.spark, config.metastore)
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
-    await_query(start_query(spark, config, processor, available_now), processor)
+    query = start_query(
+        spark, config, processor, args.available_now,
+        conf_file=args.conf, from_starting_offsets=args.from_starting_offsets,
+    )
+    await_query(query, processor)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(config.log_level)
     try:
-        run(config, args.available_now)
+        run(config, args)
     except PipelineError as e:
         log.error("%s: %s", type(e).__name__, e)
         return 1

@@ -10,7 +10,9 @@ commit metadata, app/commit.py), read from each table's timeline:
   earliest offset Kafka still holds, and is named in the log; Bronze keeps each offset once whatever is re-read
   (app/bronze.py), and Silver ignores what it applied already;
 - Silver tables that exist but carry no offsets (written before offsets were recorded) make the job refuse to
-  start: the message says how to start anyway.
+  start. The message names the command that starts anyway, `app/main.py --conf <file> --from-starting-offsets`:
+  it reads from `kafka.starting_offsets` into the existing tables, where an event older than a row's source
+  position never overwrites it.
 """
 from __future__ import annotations
 
@@ -105,14 +107,23 @@ def kafka_partitions(spark: SparkSession, config: JobConfig) -> dict[str, list[i
         admin.close()
 
 
-def resume_offsets(spark: SparkSession, config: JobConfig) -> str | None:
-    """startingOffsets for a start without a checkpoint over existing tables, or None (Spark's checkpoint, or a
-    first start: `kafka.starting_offsets`).
+def resume_offsets(
+    spark: SparkSession, config: JobConfig, conf_file: str = "<conf.yaml>", from_starting_offsets: bool = False
+) -> str | None:
+    """startingOffsets for a start without a checkpoint over existing tables, or None (Spark's checkpoint, a
+    first start, or `from_starting_offsets`: `kafka.starting_offsets`).
 
     Raises:
-        ResumeError: tables exist but record no offsets.
+        ResumeError: tables exist but record no offsets; the message names the command to run (`conf_file`).
     """
     if checkpoint_has_offsets(spark, config.lake.checkpoint_path):
+        if from_starting_offsets:
+            log.warning("--from-starting-offsets ignored: the checkpoint %s says where to resume",
+                        config.lake.checkpoint_path)
+        return None
+    if from_starting_offsets:
+        log.warning("no checkpoint at %s: reading from kafka.starting_offsets=%s as asked (--from-starting-offsets)",
+                    config.lake.checkpoint_path, config.kafka.starting_offsets)
         return None
     tables = silver_tables(spark, config)
     if not tables:
@@ -122,8 +133,9 @@ def resume_offsets(spark: SparkSession, config: JobConfig) -> str | None:
     if without and not committed:
         raise ResumeError(
             f"the checkpoint {config.lake.checkpoint_path} is missing and the Silver tables {without} record no "
-            f"Kafka offsets to resume from. Restore the checkpoint, or move the tables away (or delete them) to "
-            f"rebuild them from kafka.starting_offsets={config.kafka.starting_offsets}"
+            f"Kafka offsets to resume from. Restore the checkpoint; or read from kafka.starting_offsets="
+            f"{config.kafka.starting_offsets} into the existing tables (an event older than a row's source position "
+            f"never overwrites it) with: spark-submit app/main.py --conf {conf_file} --from-starting-offsets"
         )
     offsets, from_earliest = starting_offsets_json(kafka_partitions(spark, config), committed)
     log.warning(

@@ -12,6 +12,7 @@ from app.commit import Committed, OffsetRanges, commit_metadata, last_committed,
 from app.config import JobConfig, parse_config
 from app.errors import ResumeError
 from app.hudi import HudiTarget, write_silver
+from app.main import parse_args
 from app.resume import resume_offsets, starting_offsets_json
 
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
@@ -93,10 +94,17 @@ def test_a_checkpoint_wins(spark: SparkSession, tmp_path: Path) -> None:
     (tmp_path / "checkpoint" / "offsets").mkdir(parents=True)
     (tmp_path / "checkpoint" / "offsets" / "0").write_text("v1\n{}\n{}\n")
     assert resume_offsets(spark, config) is None
+    assert resume_offsets(spark, config, from_starting_offsets=True) is None  # the flag changes nothing here
 
 
 def test_tables_without_offsets_and_no_checkpoint_refuse_to_start(spark: SparkSession, tmp_path: Path) -> None:
     config = _config(tmp_path)
     _write(spark, _target(Path(config.lake.table_path("a"))), range(2), 1, {})
-    with pytest.raises(ResumeError, match=r"checkpoint .* is missing .* record no Kafka offsets.*Restore the"):
-        resume_offsets(spark, config)
+    with pytest.raises(ResumeError, match=r"checkpoint .* is missing .* record no Kafka offsets.*Restore the") as e:
+        resume_offsets(spark, config, "conf/prod.yaml")
+    # The message ends with the command that starts anyway; its flag is one main.py accepts.
+    command = "spark-submit app/main.py --conf conf/prod.yaml --from-starting-offsets"
+    assert str(e.value).endswith(command)
+    assert parse_args(command.split()[2:]).from_starting_offsets
+    # That command reads from kafka.starting_offsets (Spark's startingOffsets option left as configured).
+    assert resume_offsets(spark, config, "conf/prod.yaml", from_starting_offsets=True) is None
