@@ -137,7 +137,7 @@ class BatchProcessor:
         for n, table_plan in enumerate(plans):
             if n:
                 pause_point("between_tables", batch_id=batch_id, committed=names[:n], remaining=names[n:])
-            self._write_table(table_plan, batch_id, query_id)
+            self.write_table(table_plan, batch_id, query_id)
         pause_point("tables_committed", batch_id=batch_id, committed=names)
         self.last_stats = {p.stats.table: p.stats for p in plans}
         self.history.append(self.last_stats)
@@ -246,7 +246,16 @@ class BatchProcessor:
             carry = [c for c in value_columns if c not in target.record_key]
         return TablePlan(route, record_key, events_df, target, stats, summary, tuple(carry))
 
-    def _write_table(self, plan: TablePlan, batch_id: int, query_id: str) -> None:
+    def write_table(self, plan: TablePlan, batch_id: int, query_id: str) -> None:
+        """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit.
+
+        Shares nothing with other tables' units (its plan and stats are its own), so a batch's tables may be
+        written from several threads at once (tests/e2e/test_exactly_once.py).
+
+        Raises:
+            SchemaDecodeError: a record of the table cannot be decoded (names the record).
+            SinkWriteError: the Hudi write failed.
+        """
         started = time.monotonic()
         try:
             if plan.events_df is not None and plan.target is None:

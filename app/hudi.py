@@ -166,7 +166,7 @@ def write_silver(
     """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table."""
     if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
         raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
-    options = {**write_options(target, batch_id, query_id), **pause.hudi_options(), **(extra or {})}
+    options = {**write_options(target, batch_id, query_id), **pause.hudi_options(target.path), **(extra or {})}
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
 
 

@@ -4,7 +4,10 @@ Armed only by the environment, which the crash test sets for the job's process:
 
     CDC_PAUSE_AT     comma-separated point names
     CDC_PAUSE_DIR    folder for the pause files
-    CDC_PAUSE_TABLE  (hudi_commit only) part of the table path to pause in; any table when unset
+    CDC_PAUSE_TABLE  (hudi_commit only) part of the table path to pause in; any table when unset. Hudi reads
+                     a commit's new base files before it calls a validator, and a Merge-on-Read commit that
+                     wrote log files only has none (Spark cannot infer their schema): point it at a
+                     Copy-on-Write table. The validator is added to that table's writes only.
 
 When the job reaches an armed point the first time, it writes `<CDC_PAUSE_DIR>/<point>.json` (the point, the
 batch id and what the caller reports: the table, the tables committed so far) and sleeps until it is killed.
@@ -49,6 +52,9 @@ def pause_point(point: str, **context: Any) -> None:
         time.sleep(60)
 
 
-def hudi_options() -> dict[str, str]:
-    """Write options that arm the pause inside Hudi commits, when the environment asks for it."""
-    return {"hoodie.precommit.validators": HUDI_VALIDATOR} if "hudi_commit" in _ARMED else {}
+def hudi_options(table_path: str) -> dict[str, str]:
+    """Write options that arm the pause inside the commits of the table at `table_path`, when the environment
+    asks for it."""
+    if "hudi_commit" not in _ARMED or os.environ.get("CDC_PAUSE_TABLE", "") not in table_path:
+        return {}
+    return {"hoodie.precommit.validators": HUDI_VALIDATOR}

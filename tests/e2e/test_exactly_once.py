@@ -5,6 +5,8 @@
   finds them in complete ranges and writes nothing.
 - The checkpoint is lost: the job resumes after the offsets the tables committed, not from `earliest`; the
   first batch holds only the records written since.
+- A batch's tables are written from two threads at once, twice: the first time each commits its offsets, the
+  second time each finds them on its timeline; the job's own run then writes those offsets to Bronze only.
 Afterwards every Silver table equals PostgreSQL and Bronze holds every Kafka offset exactly once.
 
 Phases build on each other and run in file order.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -23,6 +26,7 @@ from app.bronze import read_bronze
 from app.config import JobConfig
 from app.hudi import completed_instants
 from app.lakefs import delete_path, list_files
+from app.resume import committed_offsets, kafka_partitions, starting_offsets_json
 from tests.conftest import RUN_ID
 from tests.support.cdc import debezium_connector, job_config_for, read_topic
 from tests.support.pipeline import Pipeline as JobPipeline
@@ -148,4 +152,46 @@ def test_a_lost_checkpoint_resumes_after_the_committed_offsets(
     # Only what came after the tables' last commits was read: 2 items records and 1 notes record, not 27 + 8.
     rows_in = {t: s.rows_in for batch in pipeline.processor.history for t, s in batch.items()}
     assert rows_in == {f"{DATABASE}.{SCHEMA}_items": 2, f"{DATABASE}.{SCHEMA}_notes": 1}
+    assert_lake_equals_source(pipeline, pg_conn, offsets)
+
+
+def test_a_batchs_tables_written_from_two_threads_at_once(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
+    pg_conn.execute(f"update {SCHEMA}.items set qty = -1 where id in (7, 8)")
+    pg_conn.execute(f"insert into {SCHEMA}.notes values (6, 'note 6')")
+    offsets = kafka_offsets({"items": 29, "notes": 9})
+    spark, processor = pipeline.spark, pipeline.processor
+    # The batch the job would read next, as a batch query from the offsets the tables committed.
+    committed, _ = committed_offsets(spark, [pipeline.path(t) for t in TABLES])
+    starting, _ = starting_offsets_json(kafka_partitions(spark, pipeline.config), committed)
+    raw_df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", pipeline.config.kafka.bootstrap_servers)
+        .option("subscribe", ",".join(topic(t) for t in TABLES))
+        .option("startingOffsets", starting)
+        .option("includeHeaders", "true")
+        .load()
+    )
+    plans = processor.plan_batch(raw_df)
+    assert sorted(p.summary.rows_in for p in plans) == [1, 2]
+    commits = {t: pipeline.commits(t) for t in TABLES}
+
+    def write_both() -> None:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda plan: processor.write_table(plan, 1000, "two-threads"), plans))
+
+    write_both()
+    assert pipeline.rows("items") == {tuple(r) for r in pg_conn.execute(f"select id, name, qty from {SCHEMA}.items")}
+    assert pipeline.rows("notes") == {tuple(r) for r in pg_conn.execute(f"select id, body from {SCHEMA}.notes")}
+    assert {t: len(pipeline.commits(t)) - len(commits[t]) for t in TABLES} == {"items": 1, "notes": 1}
+    after_first = {t: pipeline.commits(t) for t in TABLES}
+
+    write_both()  # the same batch again, both tables at once: each finds its offsets committed
+    assert [p.stats.replayed for p in plans] == [p.summary.rows_in for p in plans]
+    assert {t: pipeline.commits(t) for t in TABLES} == after_first
+
+    # The job's checkpoint does not hold these offsets: its run reads them, the tables skip them, Bronze takes them.
+    pipeline.run()
+    replayed = {t: (s.rows_in, s.replayed) for batch in pipeline.processor.history for t, s in batch.items()}
+    assert replayed == {f"{DATABASE}.{SCHEMA}_items": (2, 2), f"{DATABASE}.{SCHEMA}_notes": (1, 1)}
+    assert {t: pipeline.commits(t) for t in TABLES} == after_first
     assert_lake_equals_source(pipeline, pg_conn, offsets)
