@@ -31,13 +31,13 @@ from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
 from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, with_ledger_verdict
 from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
-from app.framing import Framing, with_framing
+from app.framing import Framing, with_source_framings
 from app.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
 from app.partitioning import with_partition_field
 from app.pause import pause_point
-from app.position import POSITION_COL, connector_kind
+from app.position import CONNECTOR_KINDS, POSITION_COL, connector_kind
 from app.registry import RegistryClient, SchemaRef
-from app.route import TableRoute, route_topic
+from app.route import TableRoute, check_owner, collision, route_topic
 from app.types import placeholder_tests, reader_schema, with_debezium_types
 from app.unavailable import filter_current_rows, is_pending, is_unresolved, with_current_rows
 from app.unwrap import (
@@ -152,11 +152,12 @@ class BatchProcessor:
             SchemaDecodeError: a value lacks the framing.
             EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
         """
-        framed_df = with_framing(raw_df, Framing(self.config.source.framing, self.config.source.id_type))
+        framings = [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
+        framed_df = with_source_framings(raw_df, framings)
         summary = self._summarize(framed_df)
         self._check_framing(framed_df, summary)
         plans = [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
-        _check_one_topic_per_table(plans)
+        _check_one_topic_per_table(plans, self.config)
         return plans
 
     def _summarize(self, framed_df: DataFrame) -> dict[str, _TopicSummary]:
@@ -218,14 +219,14 @@ class BatchProcessor:
         if not summary.value_ids:  # only tombstones
             return TablePlan(route, None, None, None, stats, summary)
         topic_df = framed_df.filter(F.col("topic") == topic)
-        slices = [self._decode_slice(topic_df, ref, topic) for ref in sorted(summary.value_ids)]
+        slices = [self._decode_slice(topic_df, ref, route) for ref in sorted(summary.value_ids)]
         record_key = self._record_key(route, summary.key_ids)
         target = None
         if record_key is not None:
             target = HudiTarget(
-                database=self.config.lake.database,
+                database=route.database,
                 table=route.table,
-                path=self.config.lake.table_path(route.table),
+                path=self.config.lake.table_path(route.table, route.database),
                 record_key=record_key,
                 table_type=route.table_type,
                 delete_mode=route.delete_mode,
@@ -281,6 +282,8 @@ class BatchProcessor:
         keys = target.record_key
         batch_offsets = OffsetRanges(plan.summary.offsets)
         committed = last_committed(spark, target.path)
+        if committed is not None:
+            check_owner(plan.route, {topic for topic, _ in committed.last}, self.config)
         if committed is not None and committed.covers(batch_offsets):
             stats.replayed = plan.summary.rows_in
             stats.skipped = 0
@@ -359,11 +362,12 @@ class BatchProcessor:
             route = plan.route
             raise EnvelopeError(
                 f"{route.topic}: change events without a key (a table without a primary key?); "
-                f"set tables.{route.source_schema}.{route.source_table}.record_key"
+                f"set tables.{route.source_key}.record_key (of source {route.source})"
             )
         plan.stats.skipped = plan.summary.rows_in
 
-    def _decode_slice(self, topic_df: DataFrame, ref: SchemaRef, topic: str) -> _Slice:
+    def _decode_slice(self, topic_df: DataFrame, ref: SchemaRef, route: TableRoute) -> _Slice:
+        topic = route.topic
         schema_json = self.registry.get_schema(ref.id, ref.id_type)
         try:
             value_fields = _value_fields(schema_json)
@@ -374,6 +378,12 @@ class BatchProcessor:
             connector = connector_kind(source_fields)
         except EnvelopeError as e:
             raise EnvelopeError(f"{topic}: writer schema {ref}: {e}") from e
+        expected = route.connector
+        if expected != "auto" and CONNECTOR_KINDS[expected] != connector:
+            raise EnvelopeError(
+                f"{topic}: writer schema {ref} is a {connector} connector's (its source record), but source "
+                f"{route.source} says connector: {expected}; fix that setting (or set it to auto)"
+            )
         placeholders = placeholder_tests(value_fields, schema_json)
         value_columns = [f["name"] for f in value_fields]
         slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
@@ -456,17 +466,15 @@ class TablePlan:
         return filter_latest(self.carried_df(self.judged_df())).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
 
 
-def _check_one_topic_per_table(plans: list[TablePlan]) -> None:
+def _check_one_topic_per_table(plans: list[TablePlan], config: JobConfig) -> None:
     """Two topics writing one Silver table would interleave positions of different tables (and race)."""
-    seen: dict[str, str] = {}
+    seen: dict[str, TableRoute] = {}
     for plan in plans:
         name = plan.route.qualified_name
         if name in seen:
-            raise EnvelopeError(
-                f"topics {seen[name]!r} and {plan.route.topic!r} both map to Silver table {name}; "
-                f"give one of them its own name with tables.\"<schema>.<table>\".name"
-            )
-        seen[name] = plan.route.topic
+            key, message = collision(seen[name], plan.route, config)
+            raise EnvelopeError(f"{message} ({key})")
+        seen[name] = plan.route
 
 
 def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:

@@ -27,6 +27,8 @@ IdType = Literal["contentId", "globalId"]
 DeleteMode = Literal["hard", "soft"]
 # Copy-on-Write rewrites a file per update (fast reads); Merge-on-Read appends log files, compacted inline.
 TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
+# Which Debezium connector feeds a source; mariadb and mysql share the binlog position.
+ConnectorName = Literal["auto", "postgresql", "mysql", "mariadb", "sqlserver"]
 
 
 @dataclass(frozen=True)
@@ -84,15 +86,9 @@ class RegistryConfig:
 
 
 @dataclass(frozen=True)
-class SourceConfig:
-    topic_prefix: str
-    framing: FramingMode = "id4"
-    id_type: IdType = "contentId"  # the id a 0x00-prefixed framing carries; header framing names its own
-
-
-@dataclass(frozen=True)
 class TableConfig:
-    """Per-table overrides, keyed by '<schema>.<table>' of the source."""
+    """Per-table overrides, keyed by '<schema>.<table>' of the source ('<database>.<schema>.<table>' for SQL
+    Server, whose topics name all three)."""
 
     name: str | None = None
     record_key: list[str] | None = None
@@ -105,6 +101,31 @@ class TableConfig:
     @property
     def partition(self) -> PartitionSpec | None:
         return None if self.partition_by is None else PartitionSpec.parse(self.partition_by)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One Debezium connector's topics: `<topic_prefix>.<schema>.<table>` (SQL Server:
+    `<topic_prefix>.<database>.<schema>.<table>`)."""
+
+    topic_prefix: str
+    # Names the source in errors and logs; unset: the topic prefix.
+    name: str | None = None
+    # The connector whose events these are; `auto` reads it off each writer schema's `source` record. When set,
+    # an event of another connector is refused (its ordering would be read from the wrong fields).
+    connector: ConnectorName = "auto"
+    framing: FramingMode = "id4"
+    id_type: IdType = "contentId"  # the id a 0x00-prefixed framing carries; header framing names its own
+    # The catalog database of this source's Silver tables; unset: lake.database.
+    database: str | None = None
+    tables: dict[str, TableConfig] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.topic_prefix
+
+    def table_config(self, *parts: str) -> TableConfig:
+        return self.tables.get(".".join(parts), TableConfig())
 
 
 @dataclass(frozen=True)
@@ -121,9 +142,9 @@ class LakeConfig:
     # that far); the timeline archives beyond retain_commits + 10.
     retain_commits: int = 10
 
-    def table_path(self, table: str) -> str:
-        """Where a Silver table lives: <silver_path>/<database>/<table>."""
-        return f"{self.silver_path.rstrip('/')}/{self.database}/{table}"
+    def table_path(self, table: str, database: str | None = None) -> str:
+        """Where a Silver table lives: <silver_path>/<database>/<table> (lake.database unless given)."""
+        return f"{self.silver_path.rstrip('/')}/{database or self.database}/{table}"
 
 
 @dataclass(frozen=True)
@@ -152,18 +173,39 @@ class TriggerConfig:
 
 @dataclass(frozen=True)
 class JobConfig:
+    """The job. Its sources are either one `source` (with the top-level `tables`) or a list `sources`, each with
+    its own `tables`; `source_list` holds them all either way."""
+
     kafka: KafkaConfig
     registry: RegistryConfig
-    source: SourceConfig
     lake: LakeConfig
+    source: SourceConfig | None = None
+    sources: list[SourceConfig] = field(default_factory=list)
     metastore: MetastoreConfig | None = None
     spark: SparkConfig = field(default_factory=SparkConfig)
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
     tables: dict[str, TableConfig] = field(default_factory=dict)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    def table_config(self, schema: str, table: str) -> TableConfig:
-        return self.tables.get(f"{schema}.{table}", TableConfig())
+    @property
+    def source_list(self) -> list[SourceConfig]:
+        """Every source: the single `source` with the top-level `tables`, or `sources`."""
+        if self.source is None:
+            return self.sources
+        return [replace(self.source, tables=self.source.tables or self.tables)]
+
+    def source_of(self, topic: str) -> SourceConfig | None:
+        """The source whose prefix the topic starts with (the longest, should one prefix extend another)."""
+        matches = [s for s in self.source_list if topic.startswith(s.topic_prefix + ".")]
+        return max(matches, key=lambda s: len(s.topic_prefix)) if matches else None
+
+    def database_of(self, source: SourceConfig) -> str:
+        return source.database or self.lake.database
+
+    @property
+    def databases(self) -> list[str]:
+        """Every catalog database the job writes Silver tables to."""
+        return sorted({self.database_of(s) for s in self.source_list})
 
 
 def load_config(path: str | Path) -> JobConfig:
@@ -184,9 +226,20 @@ def load_config(path: str | Path) -> JobConfig:
 
 def parse_config(raw: Any) -> JobConfig:
     """Validate an already-parsed mapping into a JobConfig (see load_config)."""
-    config = _build(JobConfig, raw, "")
+    config = _with_sources(_build(JobConfig, raw, ""))
     _check_semantics(config)
     return _with_absolute_paths(config)
+
+
+def _with_sources(config: JobConfig) -> JobConfig:
+    """Refuses a config with both or neither of `source` and `sources`, or tables set twice."""
+    if (config.source is None) == (not config.sources):
+        raise ConfigError("sources", "set either `source` (one connector) or `sources` (a list), not both or neither")
+    if config.source is None and config.tables:
+        raise ConfigError("tables", "with `sources`, per-table settings go under sources[<n>].tables")
+    if config.source is not None and config.source.tables and config.tables:
+        raise ConfigError("source.tables", "set per-table settings in `tables` or in `source.tables`, not both")
+    return config
 
 
 def _absolute(path: str) -> str:
@@ -292,30 +345,76 @@ def _check_semantics(config: JobConfig) -> None:
         )
     if not _IDENTIFIER.fullmatch(config.lake.database):
         raise ConfigError("lake.database", f"not a valid database name: {config.lake.database!r}")
-    for source_table, table in config.tables.items():
-        if source_table.count(".") != 1:
-            raise ConfigError(f"tables.{source_table}", "keys are '<schema>.<table>' of the source database")
-        if table.name is not None and not _IDENTIFIER.fullmatch(table.name):
-            raise ConfigError(f"tables.{source_table}.name", f"not a valid table name: {table.name!r}")
-        if table.record_key is not None and not table.record_key:
-            raise ConfigError(f"tables.{source_table}.record_key", "must list at least one column")
-        if table.partition_by is not None:
-            try:
-                PartitionSpec.parse(table.partition_by)
-            except ValueError as e:
-                raise ConfigError(f"tables.{source_table}.partition_by", str(e)) from e
-        if table.compaction_delta_commits is not None:
-            if (table.table_type or config.lake.table_type) != "MERGE_ON_READ":
-                raise ConfigError(
-                    f"tables.{source_table}.compaction_delta_commits",
-                    "applies to MERGE_ON_READ tables only; set table_type: MERGE_ON_READ or remove it",
-                )
-            if table.compaction_delta_commits < 1:
-                raise ConfigError(f"tables.{source_table}.compaction_delta_commits", "must be >= 1")
+    _check_sources(config)
     if config.lake.compaction_delta_commits < 1:
         raise ConfigError("lake.compaction_delta_commits", "must be >= 1")
     if config.lake.retain_commits < 1:
         raise ConfigError("lake.retain_commits", "must be >= 1")
+
+
+def _source_key(config: JobConfig, n: int) -> str:
+    return "source" if config.source is not None else f"sources[{n}]"
+
+
+def _tables_key(config: JobConfig, n: int) -> str:
+    return "tables" if config.source is not None and not config.source.tables else f"{_source_key(config, n)}.tables"
+
+
+def _check_sources(config: JobConfig) -> None:
+    labels: dict[str, int] = {}
+    prefixes: dict[str, int] = {}
+    for n, source in enumerate(config.source_list):
+        key = _source_key(config, n)
+        if source.label in labels:
+            raise ConfigError(f"{key}.name", f"{source.label!r} names sources[{labels[source.label]}] too")
+        labels[source.label] = n
+        if not source.topic_prefix or source.topic_prefix.endswith("."):
+            raise ConfigError(f"{key}.topic_prefix", f"not a topic prefix: {source.topic_prefix!r}")
+        if source.topic_prefix in prefixes:
+            other = prefixes[source.topic_prefix]
+            raise ConfigError(f"{key}.topic_prefix", f"{source.topic_prefix!r} is the prefix of sources[{other}] too")
+        prefixes[source.topic_prefix] = n
+        if source.database is not None and not _IDENTIFIER.fullmatch(source.database):
+            raise ConfigError(f"{key}.database", f"not a valid database name: {source.database!r}")
+        _check_tables(config, source, _tables_key(config, n))
+    # Explicit names are known now: two source tables given one Silver name in one database.
+    named: dict[tuple[str, str], str] = {}
+    for n, source in enumerate(config.source_list):
+        for source_table, table in source.tables.items():
+            if table.name is None:
+                continue
+            where = (config.database_of(source), table.name)
+            key = f"{_tables_key(config, n)}.{source_table}.name"
+            if where in named:
+                raise ConfigError(key, f"{where[0]}.{where[1]} is the Silver table of {named[where]} too")
+            named[where] = key
+
+
+def _check_tables(config: JobConfig, source: SourceConfig, prefix: str) -> None:
+    for source_table, table in source.tables.items():
+        if source_table.count(".") not in (1, 2):
+            raise ConfigError(
+                f"{prefix}.{source_table}",
+                "keys are '<schema>.<table>' of the source database ('<database>.<schema>.<table>' for SQL Server)",
+            )
+        key = f"{prefix}.{source_table}"
+        if table.name is not None and not _IDENTIFIER.fullmatch(table.name):
+            raise ConfigError(f"{key}.name", f"not a valid table name: {table.name!r}")
+        if table.record_key is not None and not table.record_key:
+            raise ConfigError(f"{key}.record_key", "must list at least one column")
+        if table.partition_by is not None:
+            try:
+                PartitionSpec.parse(table.partition_by)
+            except ValueError as e:
+                raise ConfigError(f"{key}.partition_by", str(e)) from e
+        if table.compaction_delta_commits is not None:
+            if (table.table_type or config.lake.table_type) != "MERGE_ON_READ":
+                raise ConfigError(
+                    f"{key}.compaction_delta_commits",
+                    "applies to MERGE_ON_READ tables only; set table_type: MERGE_ON_READ or remove it",
+                )
+            if table.compaction_delta_commits < 1:
+                raise ConfigError(f"{key}.compaction_delta_commits", "must be >= 1")
 
 
 def _check_auth(auth: RegistryAuthConfig) -> None:

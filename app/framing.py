@@ -18,6 +18,7 @@ Pure DataFrame -> DataFrame; nothing here talks to the registry.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -59,6 +60,25 @@ def with_framing(df: DataFrame, framing: Framing = Framing()) -> DataFrame:
         parsed = _parse(side, framing, has_headers)
         for suffix, column in zip(FRAMING_SUFFIXES, parsed, strict=True):
             out = out.withColumn(f"{side}_{suffix}", column)
+    return out
+
+
+def with_source_framings(df: DataFrame, by_prefix: Sequence[tuple[str, Framing]]) -> DataFrame:
+    """with_framing, where each topic takes the framing of the source whose prefix (`<prefix>.`) it starts with,
+    the longest one. A topic of no source takes the first source's framing (its route is refused later)."""
+    framings = list(dict.fromkeys(framing for _, framing in by_prefix))
+    if len(framings) == 1:
+        return with_framing(df, framings[0])
+    has_headers = "headers" in df.columns
+    longest_first = sorted(by_prefix, key=lambda pf: -len(pf[0]))
+    out = df
+    for side in SIDES:
+        parsed = {framing: _parse(side, framing, has_headers) for framing in framings}
+        for i, suffix in enumerate(FRAMING_SUFFIXES):
+            column = F.when(F.lit(False), F.lit(None))
+            for prefix, framing in longest_first:
+                column = column.when(F.col("topic").startswith(prefix + "."), parsed[framing][i])
+            out = out.withColumn(f"{side}_{suffix}", column.otherwise(parsed[by_prefix[0][1]][i]))
     return out
 
 

@@ -21,7 +21,8 @@ from app.batch import BatchProcessor
 from app.config import JobConfig, load_config
 from app.errors import ConfigError, PipelineError
 from app.registry import RegistryClient
-from app.resume import resume_offsets
+from app.resume import kafka_partitions, resume_offsets
+from app.route import check_routes
 from app.source import read_kafka
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 
@@ -64,12 +65,17 @@ def start_query(
     Without a checkpoint over existing tables, reading resumes after the offsets the tables committed.
 
     Raises:
+        ConfigError: two of the subscribed topics map to one Silver table (app/route.py).
         ResumeError: the checkpoint is missing and the tables record no offsets.
     """
     if config.lake.checkpoint_path.startswith("s3a://"):
         # A rename is a copy on S3: Spark's abortable-stream manager writes checkpoint files without renames. It
         # needs a file system with abortable streams (s3a); EMRFS s3:// keeps Spark's default manager.
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", ABORTABLE_CHECKPOINT_MANAGER)
+    partitions = kafka_partitions(spark, config)
+    routes = check_routes(config, partitions)
+    log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
+             ", ".join(f"{r.topic} -> {r.qualified_name}" for r in routes) or "none yet")
     writer = (
         read_kafka(spark, config.kafka, resume_offsets(spark, config, conf_file, from_starting_offsets))
         .writeStream.foreachBatch(processor.process)

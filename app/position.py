@@ -36,6 +36,8 @@ MYSQL: Final = "mysql"
 SQLSERVER: Final = "sqlserver"
 
 _SQLSERVER_ZERO_LSN: Final = "00000000:00000000:0000"
+# A source's `connector` setting (app/config.py) -> the position its events carry.
+CONNECTOR_KINDS: Final = {"postgresql": POSTGRESQL, "mysql": MYSQL, "mariadb": MYSQL, "sqlserver": SQLSERVER}
 
 
 def connector_kind(source_fields: Collection[str]) -> str:

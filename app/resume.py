@@ -42,16 +42,18 @@ def checkpoint_has_offsets(spark: SparkSession, checkpoint_path: str) -> bool:
 
 
 def silver_tables(spark: SparkSession, config: JobConfig) -> list[str]:
-    """Paths of the Silver tables of the job's database (the delete ledgers left out)."""
-    root = config.lake.table_path("")
-    fs, path = fs_and_path(spark, root)
-    if not fs.exists(path):
-        return []
-    return sorted(
-        s.getPath().toString() for s in fs.listStatus(path)
-        if s.isDirectory() and s.getPath().getName() != LEDGER_FOLDER
-        and fs.exists(fs_and_path(spark, s.getPath().toString() + "/.hoodie")[1])
-    )
+    """Paths of the Silver tables of the job's databases (the delete ledgers left out)."""
+    tables = []
+    for database in config.databases:
+        fs, path = fs_and_path(spark, config.lake.table_path("", database))
+        if not fs.exists(path):
+            continue
+        tables += [
+            s.getPath().toString() for s in fs.listStatus(path)
+            if s.isDirectory() and s.getPath().getName() != LEDGER_FOLDER
+            and fs.exists(fs_and_path(spark, s.getPath().toString() + "/.hoodie")[1])
+        ]
+    return sorted(tables)
 
 
 def committed_offsets(spark: SparkSession, tables: list[str]) -> tuple[dict[tuple[str, int], int], list[str]]:

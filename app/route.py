@@ -1,10 +1,21 @@
-"""Route: Kafka topic `<prefix>.<schema>.<table>` -> Silver table `<schema>_<table>` (or a configured name)."""
+"""Route: a Kafka topic -> its source and Silver table.
+
+A topic is `<topic_prefix>.<schema>.<table>` (PostgreSQL; MySQL/MariaDB name the database there), or
+`<topic_prefix>.<database>.<schema>.<table>` for a source with `connector: sqlserver`. Its source is the one
+whose prefix it starts with; its Silver table is `<schema>_<table>` (`<database>_<schema>_<table>`) in the
+source's catalog database, or the configured `tables.<schema>.<table>.name`.
+
+That rule maps `a_b.c` and `a.b_c` to one name. Two topics never share a Silver table: `check_routes` refuses
+such topics at start, the batch refuses them in one batch, and a table whose commits hold another topic's
+offsets refuses a second topic; each error names the `name` setting that separates them.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
-from app.config import JobConfig
-from app.errors import EnvelopeError
+from app.config import JobConfig, SourceConfig
+from app.errors import ConfigError, EnvelopeError
 from app.partitioning import PartitionSpec
 
 
@@ -20,33 +31,108 @@ class TableRoute:
     table_type: str = "COPY_ON_WRITE"
     partition: PartitionSpec | None = None
     compaction_delta_commits: int = 3
+    source: str = ""  # the source's label
+    connector: str = "auto"
+    source_database: str | None = None  # SQL Server's database, the topic's first part
 
     @property
     def qualified_name(self) -> str:
         return f"{self.database}.{self.table}"
+
+    @property
+    def source_key(self) -> str:
+        """The key of the table's overrides: `<schema>.<table>` (`<database>.<schema>.<table>`)."""
+        parts = [self.source_database] if self.source_database else []
+        return ".".join([*parts, self.source_schema, self.source_table])
+
+
+def source_for(topic: str, config: JobConfig) -> SourceConfig:
+    """The source a topic belongs to.
+
+    Raises:
+        EnvelopeError: no source's prefix matches the topic.
+    """
+    source = config.source_of(topic)
+    if source is None:
+        prefixes = ", ".join(f"'{s.topic_prefix}.'" for s in config.source_list)
+        raise EnvelopeError(f"topic {topic!r} starts with no source's topic prefix ({prefixes})")
+    return source
 
 
 def route_topic(topic: str, config: JobConfig) -> TableRoute:
     """Where a topic's rows go.
 
     Raises:
-        EnvelopeError: the topic does not follow `<topic_prefix>.<schema>.<table>`.
+        EnvelopeError: the topic does not follow `<topic_prefix>.<schema>.<table>` (or the SQL Server form) of
+            a configured source.
     """
-    prefix = config.source.topic_prefix + "."
-    parts = topic[len(prefix):].split(".") if topic.startswith(prefix) else []
-    if len(parts) != 2 or not all(parts):
-        raise EnvelopeError(f"topic {topic!r} is not '{prefix}<schema>.<table>'")
-    schema, table = parts
-    override = config.table_config(schema, table)
+    source = source_for(topic, config)
+    prefix = source.topic_prefix + "."
+    parts = topic[len(prefix):].split(".")
+    sqlserver = source.connector == "sqlserver"
+    if not all(parts) or len(parts) != (3 if sqlserver else 2):
+        form = "<database>.<schema>.<table>" if sqlserver else "<schema>.<table>"
+        raise EnvelopeError(f"topic {topic!r} is not '{prefix}{form}' (source {source.label})")
+    override = source.table_config(*parts)
+    schema, table = parts[-2:]
     return TableRoute(
         topic=topic,
         source_schema=schema,
         source_table=table,
-        database=config.lake.database,
-        table=override.name or f"{schema}_{table}",
+        database=config.database_of(source),
+        table=override.name or "_".join(parts),
         record_key=tuple(override.record_key) if override.record_key else None,
         delete_mode=override.delete_mode or config.lake.delete_mode,
         table_type=override.table_type or config.lake.table_type,
         partition=override.partition,
         compaction_delta_commits=override.compaction_delta_commits or config.lake.compaction_delta_commits,
+        source=source.label,
+        connector=source.connector,
+        source_database=parts[0] if len(parts) == 3 else None,
     )
+
+
+def check_routes(config: JobConfig, topics: Iterable[str]) -> list[TableRoute]:
+    """The routes of the topics the job subscribes to, refusing two topics that map to one Silver table.
+
+    Topics of no source, or of another form, are left to the batch (which names the record).
+
+    Raises:
+        ConfigError: two topics map to one Silver table; names the setting that separates them.
+    """
+    routes: dict[str, TableRoute] = {}
+    for topic in sorted(topics):
+        try:
+            route = route_topic(topic, config)
+        except EnvelopeError:
+            continue
+        other = routes.get(route.qualified_name)
+        if other is not None:
+            raise ConfigError(*collision(other, route, config))
+        routes[route.qualified_name] = route
+    return list(routes.values())
+
+
+def collision(first: TableRoute, second: TableRoute, config: JobConfig) -> tuple[str, str]:
+    """The config key to set and the message, for two routes to one Silver table."""
+    source = config.source_of(second.topic)
+    n = config.source_list.index(source) if source is not None else 0
+    tables = "tables" if config.source is not None and not config.source.tables else f"sources[{n}].tables"
+    key = f'{tables}."{second.source_key}".name'
+    return key, (
+        f"topics {first.topic!r} and {second.topic!r} both map to Silver table {second.qualified_name}; "
+        f"give one its own table name, e.g. {key}: {second.table}_2"
+    )
+
+
+def check_owner(route: TableRoute, committed_topics: Iterable[str], config: JobConfig) -> None:
+    """Refuse to write a topic into a Silver table whose commits hold another topic's offsets (names that collide
+    across batches, or a topic renamed).
+
+    Raises:
+        EnvelopeError: names both topics and the setting that separates them.
+    """
+    others = sorted(t for t in set(committed_topics) if t != route.topic)
+    if others:
+        key, message = collision(replace(route, topic=others[0]), route, config)
+        raise EnvelopeError(f"{message}; its commits hold the offsets of {', '.join(others)} ({key})")

@@ -53,7 +53,7 @@ def reset(config: JobConfig, connect: ConnectClient, conn: psycopg.Connection) -
             raise RuntimeError(f"replication slot {slot} still active after the connector was deleted")
         time.sleep(0.5)
     admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
-    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(config.source.topic_prefix + ".")]
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(config.source_list[0].topic_prefix + ".")]
     if topics:
         for future in admin.delete_topics(topics, operation_timeout=30).values():
             future.result()
@@ -80,7 +80,7 @@ def topic_counts(config: JobConfig) -> dict[str, int]:
     try:
         counts = {}
         for table in tickit.TABLES:
-            topic = f"{config.source.topic_prefix}.{table}"
+            topic = f"{config.source_list[0].topic_prefix}.{table}"
             meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
             if meta is None or meta.error is not None:
                 counts[table] = 0
@@ -177,7 +177,7 @@ def main() -> int:
         log.info("loaded TICKIT: %s", json.dumps(loaded))
         source = PostgresSource("127.0.0.1", 5432, "postgres", password, "source")
         connect.create_fresh(CONNECTOR, postgres_connector_config(
-            CONNECTOR, source, config.source.topic_prefix, ["ecomm", "ems", "crm"], config.registry.url))
+            CONNECTOR, source, config.source_list[0].topic_prefix, ["ecomm", "ems", "crm"], config.registry.url))
         connect.wait_running(CONNECTOR)
         wait_for_topics(config, loaded)
         log.info("snapshot in Kafka: %s records", sum(loaded.values()))

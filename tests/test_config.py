@@ -203,11 +203,12 @@ tables:
     assert config.kafka.topic_pattern == r"cdc\.public\..*"
     assert config.kafka.starting_offsets == "latest"
     assert config.registry == RegistryConfig(url="http://127.0.0.1:8080", api="ccompat", timeout_s=5.0, retries=2)
-    assert (config.source.framing, config.source.id_type) == ("headers", "globalId")
+    (source,) = config.source_list
+    assert (source.framing, source.id_type) == ("headers", "globalId")
     assert isinstance(config.registry.timeout_s, float)
     assert config.spark.conf == {"spark.sql.shuffle.partitions": "4"}
-    assert config.table_config("public", "orders") == TableConfig(record_key=["order_id"])
-    assert config.table_config("public", "customers") == TableConfig()
+    assert source.table_config("public", "orders") == TableConfig(record_key=["order_id"])
+    assert source.table_config("public", "customers") == TableConfig()
 
 
 def test_load_config_missing_file(tmp_path: Path) -> None:

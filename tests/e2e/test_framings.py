@@ -83,6 +83,7 @@ def _run_job(
 ) -> JobConfig:
     config = job_config_for(base, PREFIX, f"fr_{lake.rsplit('/', 1)[-1]}", lake)
     pattern = re.escape(PREFIX) + r"\.(" + "|".join(map(re.escape, schemas)) + r")\.items"
+    assert config.source is not None
     config = dataclasses.replace(
         config,
         kafka=dataclasses.replace(config.kafka, topic_pattern=pattern),

@@ -449,7 +449,7 @@ def test_snapshot_of_every_type_equals_the_source(
 ) -> None:
     (count,) = pg_conn.execute(f"select count(*) from {SCHEMA}.all_types").fetchone() or (0,)
     for run in runs.values():
-        _wait_for(run.config.source.topic_prefix, count)
+        _wait_for(run.config.source_list[0].topic_prefix, count)
         _run(spark, run)
         _assert_equal_to_source(spark, pg_conn, run)
 
@@ -461,7 +461,7 @@ def test_every_type_through_the_update_path_equals_the_source(
     pg_conn.execute(_rotate_sql(columns))
     (count,) = pg_conn.execute(f"select count(*) from {SCHEMA}.all_types").fetchone() or (0,)
     for run in runs.values():
-        _wait_for(run.config.source.topic_prefix, 2 * count)
+        _wait_for(run.config.source_list[0].topic_prefix, 2 * count)
         _run(spark, run)
         stats = run.processor.last_stats[f"{run.config.lake.database}.{SCHEMA}_all_types"]
         assert stats.upserts == count, stats

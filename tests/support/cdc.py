@@ -166,6 +166,7 @@ def as_silver_value(value: Any) -> Any:
 def job_config_for(base: JobConfig, prefix: str, database: str, lake: str) -> JobConfig:
     """The local job config pointed at one connector's topics and a private lake (a folder or s3a:// prefix),
     database and checkpoint."""
+    assert base.source is not None, "the local config has one source"
     return dataclasses.replace(
         base,
         kafka=dataclasses.replace(base.kafka, topic_pattern=re.escape(prefix) + r"\.[^.]+\.[^.]+"),

@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.framing import Framing, framing_columns, with_framing
+from app.framing import Framing, framing_columns, with_framing, with_source_framings
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 RAW_SCHEMA = StructType([
@@ -209,3 +209,34 @@ def test_without_a_headers_column_payload_framings_apply(spark: SparkSession) ->
 
     assert row is not None
     assert (row["key_schema_id"], row["value_schema_id"], row["value_frame_error"]) == (5, 9, None)
+
+
+def test_each_source_frames_its_own_topics(spark: SparkSession) -> None:
+    """Two sources, two converters: `crm` frames ids in headers, `crm.eu` (a longer prefix) and `shop` as 0x00 +
+    4 bytes. A topic takes the framing of the longest prefix it starts with; a topic of no source, the first's."""
+    schema = StructType([*RAW_SCHEMA.fields, StructField("topic", StringType(), True)])
+    rows = [
+        (None, BODY, [_id_header("value", "globalId", 12)], 0, "crm.public.users"),
+        (None, _id4(7), None, 1, "shop.inventory.items"),
+        (None, _id4(8), None, 2, "crm.eu.public.users"),
+        (None, _id4(9), None, 3, "other.public.users"),
+    ]
+    framings = [
+        ("crm", Framing("headers", "contentId")), ("shop", Framing("id4", "contentId")),
+        ("crm.eu", Framing("id4", "globalId")),
+    ]
+
+    framed_df = with_source_framings(spark.createDataFrame(rows, schema), framings)
+
+    split = [F.col(c).alias(c.removeprefix("value_")) for c in framing_columns("value")]
+    actual_df = framed_df.select("offset", *split)
+    no_header = "no 8-byte apicurio.value.globalId or .contentId header (framing: headers)"
+    expected_df = _expected(spark, [
+        (0, "globalId", 12, BODY, None),
+        (1, "contentId", 7, BODY, None),
+        (2, "globalId", 8, BODY, None),
+        (3, None, None, None, no_header),
+    ])
+    assert_df_equality(actual_df, expected_df)
+    # One source (or sources framed alike): the plain framing, the same columns.
+    assert with_source_framings(spark.createDataFrame(rows, schema), framings[1:2]).columns == framed_df.columns

@@ -120,6 +120,7 @@ def test_topic_routes_to_schema_underscore_table_in_the_configured_database() ->
         database="silver",
         table="crm_users",
         record_key=None,
+        source="tickit",
     )
     assert route.qualified_name == "silver.crm_users"
 
@@ -140,12 +141,17 @@ def test_tables_override_of_record_key_only_keeps_the_default_name() -> None:
     assert (route.table, route.record_key) == ("crm_users", ("userid",))
 
 
-@pytest.mark.parametrize(
-    "topic",
-    ["other.crm.users", "tickitx.crm.users", "tickit.users", "tickit.crm.users.v2", "tickit..users", "tickit.crm."],
-)
+@pytest.mark.parametrize("topic", ["tickit.users", "tickit.crm.users.v2", "tickit..users", "tickit.crm."])
 def test_topic_outside_prefix_schema_table_is_rejected(topic: str) -> None:
-    with pytest.raises(EnvelopeError, match=r"is not 'tickit\.<schema>\.<table>'") as excinfo:
+    with pytest.raises(EnvelopeError, match=r"is not 'tickit\.<schema>\.<table>' \(source tickit\)") as excinfo:
+        route_topic(topic, _config())
+
+    assert repr(topic) in str(excinfo.value)
+
+
+@pytest.mark.parametrize("topic", ["other.crm.users", "tickitx.crm.users"])
+def test_topic_of_no_source_is_rejected(topic: str) -> None:
+    with pytest.raises(EnvelopeError, match=r"starts with no source's topic prefix \('tickit\.'\)") as excinfo:
         route_topic(topic, _config())
 
     assert repr(topic) in str(excinfo.value)

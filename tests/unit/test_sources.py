@@ -1,0 +1,133 @@
+"""Several sources in one job (app/config.py `sources`) and the topic -> Silver table rule (app/route.py): each
+source's tables in its own catalog database, SQL Server's three-part topics, and two topics never sharing a
+Silver table, whichever way their names collide."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.config import JobConfig, TableConfig, parse_config
+from app.errors import ConfigError, EnvelopeError
+from app.route import check_owner, check_routes, route_topic
+
+LAKE = {"database": "lake", "silver_path": "/l/silver", "bronze_path": "/l/bronze", "checkpoint_path": "/l/cp"}
+
+
+def _config(sources: Any = None, **top: Any) -> JobConfig:
+    raw: dict[str, Any] = {
+        "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic_pattern": r".*"},
+        "registry": {"url": "http://127.0.0.1:8080"},
+        "lake": LAKE,
+        **top,
+    }
+    if sources is not None:
+        raw["sources"] = sources
+    return parse_config(raw)
+
+
+TICKIT = [
+    {"name": "crm", "topic_prefix": "crm", "connector": "postgresql", "database": "crm",
+     "tables": {"public.users": {"record_key": ["userid"]}}},
+    {"topic_prefix": "ecomm", "connector": "mariadb", "framing": "headers", "database": "ecomm"},
+    {"name": "erp", "topic_prefix": "erp", "connector": "sqlserver",
+     "tables": {"erp.dbo.orders": {"name": "orders"}}},
+]
+
+
+def test_each_source_routes_its_topics_to_its_own_database() -> None:
+    config = _config(TICKIT)
+
+    crm = route_topic("crm.public.users", config)
+    ecomm = route_topic("ecomm.shop.listing", config)
+    erp = route_topic("erp.erp.dbo.orders", config)
+    erp_other = route_topic("erp.erp.sales.lines", config)
+
+    assert (crm.qualified_name, crm.record_key, crm.source, crm.connector) == (
+        "crm.public_users", ("userid",), "crm", "postgresql")
+    assert (ecomm.qualified_name, ecomm.source, ecomm.connector) == ("ecomm.shop_listing", "ecomm", "mariadb")
+    assert (erp.qualified_name, erp.source_key, erp.source_schema, erp.source_table) == (
+        "lake.orders", "erp.dbo.orders", "dbo", "orders")
+    assert (erp_other.qualified_name, erp_other.source_database) == ("lake.erp_sales_lines", "erp")
+    assert config.databases == ["crm", "ecomm", "lake"]
+    assert config.lake.table_path(crm.table, crm.database) == "/l/silver/crm/public_users"
+
+
+def test_sql_server_topics_have_three_parts_and_others_two() -> None:
+    config = _config(TICKIT)
+    with pytest.raises(EnvelopeError, match=r"is not 'erp\.<database>\.<schema>\.<table>' \(source erp\)"):
+        route_topic("erp.dbo.orders", config)
+    with pytest.raises(EnvelopeError, match=r"is not 'crm\.<schema>\.<table>' \(source crm\)"):
+        route_topic("crm.db.public.users", config)
+
+
+def test_the_longest_prefix_owns_a_topic() -> None:
+    config = _config([{"topic_prefix": "cdc"}, {"topic_prefix": "cdc.eu", "database": "eu"}])
+    assert route_topic("cdc.eu.public.users", config).qualified_name == "eu.public_users"
+    assert route_topic("cdc.public.users", config).qualified_name == "lake.public_users"
+
+
+def test_one_source_form_and_sources_list_are_the_same_job() -> None:
+    one = _config(source={"topic_prefix": "crm"}, tables={"public.users": {"name": "users"}})
+    listed = _config([{"topic_prefix": "crm", "tables": {"public.users": {"name": "users"}}}])
+    assert one.source_list == listed.source_list
+    assert one.source_list[0].table_config("public", "users") == TableConfig(name="users")
+
+
+def test_names_that_collide_within_a_source_are_refused_with_the_fix() -> None:
+    config = _config([{"topic_prefix": "crm"}])
+    with pytest.raises(ConfigError) as e:
+        check_routes(config, ["crm.a_b.c", "crm.a.b_c", "crm.x.y"])
+    assert e.value.key == 'sources[0].tables."a_b.c".name'
+    assert "topics 'crm.a.b_c' and 'crm.a_b.c' both map to Silver table lake.a_b_c" in str(e.value)
+
+    fixed = _config([{"topic_prefix": "crm", "tables": {"a_b.c": {"name": "a_b__c"}}}])
+    routes = check_routes(fixed, ["crm.a_b.c", "crm.a.b_c", "crm.x.y", "unrelated.topic"])
+    assert sorted(r.qualified_name for r in routes) == ["lake.a_b__c", "lake.a_b_c", "lake.x_y"]
+
+
+def test_two_sources_with_the_same_table_collide_only_in_one_database() -> None:
+    same = _config([{"topic_prefix": "pg"}, {"topic_prefix": "maria"}])
+    with pytest.raises(ConfigError, match=r"'maria\.shop\.users' and 'pg\.shop\.users' both map to .*lake\.shop_users"):
+        check_routes(same, ["pg.shop.users", "maria.shop.users"])
+
+    apart = _config([{"topic_prefix": "pg"}, {"topic_prefix": "maria", "database": "maria"}])
+    assert len(check_routes(apart, ["pg.shop.users", "maria.shop.users"])) == 2
+
+
+def test_a_table_holding_another_topics_offsets_refuses_a_second_topic() -> None:
+    """Across batches: `crm.a.b_c` wrote `lake.a_b_c` earlier; `crm.a_b.c` appears later and maps there too."""
+    config = _config([{"topic_prefix": "crm"}])
+    late = route_topic("crm.a_b.c", config)
+    check_owner(late, [], config)  # a new table
+    check_owner(late, ["crm.a_b.c"], config)  # its own
+    with pytest.raises(EnvelopeError) as e:
+        check_owner(late, ["crm.a.b_c", "crm.a_b.c"], config)
+    assert "its commits hold the offsets of crm.a.b_c" in str(e.value)
+    assert 'sources[0].tables."a_b.c".name' in str(e.value)
+
+
+def test_the_single_source_form_names_its_top_level_tables_key() -> None:
+    config = _config(source={"topic_prefix": "crm"})
+    with pytest.raises(ConfigError) as e:
+        check_routes(config, ["crm.a_b.c", "crm.a.b_c"])
+    assert e.value.key == 'tables."a_b.c".name'
+
+
+@pytest.mark.parametrize(("top", "sources", "key"), [
+    ({}, None, "sources"),  # neither
+    ({"source": {"topic_prefix": "a"}}, [{"topic_prefix": "b"}], "sources"),  # both
+    ({"tables": {"s.t": {"name": "t"}}}, [{"topic_prefix": "b"}], "tables"),
+    ({}, [{"topic_prefix": "a"}, {"topic_prefix": "a", "name": "other"}], "sources[1].topic_prefix"),
+    ({}, [{"topic_prefix": "a"}, {"topic_prefix": "b", "name": "a"}], "sources[1].name"),
+    ({}, [{"topic_prefix": "a."}], "sources[0].topic_prefix"),
+    ({}, [{"topic_prefix": "a", "database": "no-dash"}], "sources[0].database"),
+    ({}, [{"topic_prefix": "a", "connector": "oracle"}], "sources[0].connector"),
+    ({}, [{"topic_prefix": "a", "tables": {"t": {}}}], "sources[0].tables.t"),
+    ({}, [{"topic_prefix": "a", "tables": {"s.t": {"name": "x"}}},
+          {"topic_prefix": "b", "tables": {"s.u": {"name": "x"}}}], "sources[1].tables.s.u.name"),
+])
+def test_bad_sources_are_refused_naming_the_key(top: dict[str, Any], sources: Any, key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _config(sources, **top)
+    assert e.value.key == key
