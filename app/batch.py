@@ -48,8 +48,11 @@ from app.unwrap import (
     UNAVAILABLE_COL,
     filter_data_changes,
     filter_latest,
+    flattened_layout,
     is_delete,
+    is_envelope,
     unwrap_envelope,
+    unwrap_flattened,
     with_carried_values,
     with_latest_flag,
     with_soft_deletes,
@@ -370,29 +373,42 @@ class BatchProcessor:
         topic = route.topic
         schema_json = self.registry.get_schema(ref.id, ref.id_type)
         try:
-            value_fields = _value_fields(schema_json)
-            source_fields = [f["name"] for f in record_fields(schema_json, "source")]
+            top_fields = record_fields(schema_json)
         except ValueError as e:
-            raise EnvelopeError(f"{topic}: writer schema {ref} is not a Debezium envelope: {e}") from e
+            raise EnvelopeError(f"{topic}: writer schema {ref} is not a Debezium event: {e}") from e
+        envelope = is_envelope([f["name"] for f in top_fields])
+        if route.events != "auto" and envelope != (route.events == "envelope"):
+            found = "an envelope" if envelope else "an unwrap-SMT (flattened) event"
+            raise EnvelopeError(
+                f"{topic}: writer schema {ref} is {found}, but source {route.source} says events: {route.events}; "
+                f"fix that setting (or set it to auto)"
+            )
         try:
-            connector = connector_kind(source_fields)
-        except EnvelopeError as e:
+            if envelope:
+                value_fields = _value_fields(schema_json)
+                connector = connector_kind([f["name"] for f in record_fields(schema_json, "source")])
+            else:
+                value_names, connector = flattened_layout([f["name"] for f in top_fields])
+                value_fields = [f for f in top_fields if f["name"] in value_names]
+        except (ValueError, EnvelopeError) as e:
             raise EnvelopeError(f"{topic}: writer schema {ref}: {e}") from e
         expected = route.connector
         if expected != "auto" and CONNECTOR_KINDS[expected] != connector:
             raise EnvelopeError(
-                f"{topic}: writer schema {ref} is a {connector} connector's (its source record), but source "
+                f"{topic}: writer schema {ref} is a {connector} connector's (its source position), but source "
                 f"{route.source} says connector: {expected}; fix that setting (or set it to auto)"
             )
         placeholders = placeholder_tests(value_fields, schema_json)
         value_columns = [f["name"] for f in value_fields]
         slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
-        events_df = (
-            decode_value(slice_df, reader_schema(schema_json))
-            .transform(filter_data_changes)
-            .transform(unwrap_envelope, value_columns, connector, placeholders)
-            .transform(with_debezium_types, value_fields, schema_json)
-        )
+        decoded_df = decode_value(slice_df, reader_schema(schema_json))
+        if envelope:
+            unwrapped_df = decoded_df.transform(filter_data_changes).transform(
+                unwrap_envelope, value_columns, connector, placeholders
+            )
+        else:
+            unwrapped_df = decoded_df.transform(unwrap_flattened, value_columns, connector, placeholders)
+        events_df = unwrapped_df.transform(with_debezium_types, value_fields, schema_json)
         return _Slice(events_df, tuple(value_columns), tuple(placeholders))
 
     def _record_key(self, route: TableRoute, key_ids: set[SchemaRef]) -> tuple[str, ...] | None:

@@ -114,6 +114,9 @@ class SourceConfig:
     # The connector whose events these are; `auto` reads it off each writer schema's `source` record. When set,
     # an event of another connector is refused (its ordering would be read from the wrong fields).
     connector: ConnectorName = "auto"
+    # Debezium envelopes, or events Debezium's unwrap SMT flattened (README "Unwrap-SMT events"); `auto` tells
+    # them apart per writer schema. When set, the other kind is refused.
+    events: Literal["auto", "envelope", "flattened"] = "auto"
     framing: FramingMode = "id4"
     id_type: IdType = "contentId"  # the id a 0x00-prefixed framing carries; header framing names its own
     # The catalog database of this source's Silver tables; unset: lake.database.

@@ -33,6 +33,7 @@ class TableRoute:
     compaction_delta_commits: int = 3
     source: str = ""  # the source's label
     connector: str = "auto"
+    events: str = "auto"
     source_database: str | None = None  # SQL Server's database, the topic's first part
 
     @property
@@ -88,6 +89,7 @@ def route_topic(topic: str, config: JobConfig) -> TableRoute:
         compaction_delta_commits=override.compaction_delta_commits or config.lake.compaction_delta_commits,
         source=source.label,
         connector=source.connector,
+        events=source.events,
         source_database=parts[0] if len(parts) == 3 else None,
     )
 

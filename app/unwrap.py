@@ -7,20 +7,21 @@
                      --with_debezium_types-> faithful Spark types (app/types.py)
                      --with_soft_deletes---> soft-delete tables only: deletes become flagged rows that keep
                                              their values (every non-key column unavailable)
+      (an event Debezium's unwrap SMT already flattened: unwrap_flattened gives the same columns)
       (the slices of one table are unioned here; app/unavailable.py may add the table's current rows)
                      --with_carried_values-> an unavailable column takes the key's previous value
                      --with_latest_flag----> the latest event per record key: the highest position, then offset
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from app.errors import EnvelopeError
-from app.position import POSITION_COL, position_column
+from app.position import POSITION_COL, connector_kind, position_column
 
 OP_CREATE: Final = "c"
 OP_READ: Final = "r"  # snapshot read
@@ -107,6 +108,94 @@ def unwrap_envelope(
         F.col("partition").alias(PARTITION_COL),
         F.col("offset").alias(OFFSET_COL),
         is_delete.alias(DELETED_COL),
+        _names_where(unavailable).alias(UNAVAILABLE_COL),
+    )
+
+
+# Debezium's unwrap SMT (ExtractNewRecordState) turns an event into its row image; `add.fields` adds envelope and
+# source fields under `add.fields.prefix` (this default), `.` becoming `_`: __op, __lsn, __source_ts_ms. The
+# rewrite modes of `delete.tombstone.handling.mode` add __deleted ("true"/"false"), a delete keeping its before
+# image and its added fields.
+FLAT_PREFIX: Final = "__"
+FLAT_DELETED: Final = "__deleted"
+ENVELOPE_FIELDS: Final = frozenset({"before", "after", "op", "source"})
+_POSITION_HINT: Final = (
+    "add.fields must name the source position: lsn (PostgreSQL), file,pos,row (MySQL/MariaDB) or "
+    "commit_lsn,change_lsn,event_serial_no (SQL Server), e.g. add.fields=op,lsn,source.ts_ms"
+)
+
+
+def is_envelope(field_names: Collection[str]) -> bool:
+    """A Debezium envelope (before/after/op/source) rather than an event the unwrap SMT flattened."""
+    return ENVELOPE_FIELDS <= set(field_names)
+
+
+def flattened_layout(field_names: Sequence[str]) -> tuple[list[str], str]:
+    """The row's columns and the connector kind of a flattened event's fields.
+
+    Raises:
+        EnvelopeError: the SMT's settings lose deletes or ordering; the message names the setting to change.
+    """
+    added = list(_added_fields(field_names))
+    if FLAT_DELETED not in field_names:
+        raise EnvelopeError(
+            "an unwrap-SMT event without __deleted: its deletes are dropped or arrive as tombstones that carry no "
+            "source position (delete.tombstone.handling.mode drop, tombstone or delete-to-tombstone), so they "
+            "cannot be applied in order; set the SMT's delete.tombstone.handling.mode=rewrite (or "
+            "rewrite-with-tombstone)"
+        )
+    try:
+        kind = connector_kind(added)
+    except EnvelopeError as e:
+        raise EnvelopeError(f"an unwrap-SMT event without its source position (fields {sorted(added)}): "
+                            f"{_POSITION_HINT}") from e
+    return [n for n in field_names if not n.startswith(FLAT_PREFIX)], kind
+
+
+def _added_fields(field_names: Collection[str]) -> dict[str, str]:
+    """The SMT's added fields by their envelope or source name (`__lsn` and `__source_lsn` are both `lsn`)."""
+    added: dict[str, str] = {}
+    for name in sorted(n for n in field_names if n.startswith(FLAT_PREFIX)):
+        added.setdefault(name.removeprefix(FLAT_PREFIX).removeprefix("source_"), name)
+    return added
+
+
+def unwrap_flattened(
+    df: DataFrame,
+    value_columns: Sequence[str],
+    connector: str,
+    placeholders: Mapping[str, PlaceholderTest] | None = None,
+) -> DataFrame:
+    """unwrap_envelope for events the unwrap SMT flattened (rewrite modes): the same columns, read off the
+    added fields. A delete is `__deleted = "true"`; its op is `__op` when added, else `d`/`u`; its source time
+    `__source_ts_ms` when added. Rows of other ops than c/r/u/d are dropped.
+
+    Args:
+        df: rows with `envelope` (the decoded flat record), `partition`, `offset`.
+    """
+    fields = set(df.select("envelope.*").columns)
+    flat = F.col("envelope")
+    deleted = F.lower(flat[FLAT_DELETED].cast("string")) == "true"
+    op = F.when(deleted, F.lit(OP_DELETE)).otherwise(
+        flat["__op"] if "__op" in fields else F.lit(OP_UPDATE)
+    )
+    source = F.struct(*[flat[full].alias(short) for short, full in _added_fields(fields).items()])
+    source_ts = flat["__source_ts_ms"] if "__source_ts_ms" in fields else F.lit(None).cast("long")
+    placeholders = {name: test for name, test in (placeholders or {}).items() if name in value_columns}
+    unavailable = {name: F.coalesce(test(flat[name]), F.lit(False)) for name, test in placeholders.items()}
+    columns = [
+        F.when(unavailable[name], F.lit(None)).otherwise(flat[name]).alias(name) if name in unavailable
+        else flat[name].alias(name)
+        for name in value_columns
+    ]
+    return df.filter(op.isin(*DATA_OPS)).select(
+        *columns,
+        op.alias(OP_COL),
+        position_column(source, connector).alias(POSITION_COL),
+        source_ts.alias(SOURCE_TS_COL),
+        F.col("partition").alias(PARTITION_COL),
+        F.col("offset").alias(OFFSET_COL),
+        deleted.alias(DELETED_COL),
         _names_where(unavailable).alias(UNAVAILABLE_COL),
     )
 

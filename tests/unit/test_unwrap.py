@@ -28,13 +28,16 @@ from pyspark.sql.types import (
 )
 
 from app.errors import EnvelopeError
-from app.position import POSTGRESQL
+from app.position import MYSQL, POSTGRESQL
 from app.types import with_debezium_types
 from app.unwrap import (
     dedupe_latest,
     filter_data_changes,
     filter_tombstones,
+    flattened_layout,
+    is_envelope,
     unwrap_envelope,
+    unwrap_flattened,
     with_latest_flag,
 )
 
@@ -118,6 +121,76 @@ def test_delete_takes_the_before_image_and_carries_its_lsn(spark: SparkSession) 
 
     expected_df = spark.createDataFrame([(1, None, "d", pos(300), TS_MS, 1, 7, True, [])], UNWRAPPED_SCHEMA)
     assert_df_equality(actual_df, expected_df)
+
+
+# ---- events the unwrap SMT flattened ---------------------------------------------------------------------
+
+FLAT_TYPE = StructType([
+    *ROW_TYPE.fields,
+    StructField("__op", StringType(), True),
+    StructField("__lsn", LongType(), True),
+    StructField("__source_ts_ms", LongType(), True),
+    StructField("__deleted", StringType(), True),
+])
+FLAT_SCHEMA = StructType([
+    StructField("envelope", FLAT_TYPE, True),
+    StructField("partition", IntegerType(), True),
+    StructField("offset", LongType(), True),
+])
+
+
+def test_flattened_events_unwrap_to_the_envelope_columns(spark: SparkSession) -> None:
+    """rewrite mode: a delete is its before image with __deleted "true", its op and LSN kept."""
+    rows = [
+        ((1, "alice", "r", 100, TS_MS, "false"), 1, 5),
+        ((1, "alicia", "u", 200, TS_MS, "false"), 1, 6),
+        ((1, None, "d", 300, TS_MS, "true"), 1, 7),
+    ]
+
+    actual_df = spark.createDataFrame(rows, FLAT_SCHEMA).transform(unwrap_flattened, VALUE_COLUMNS, POSTGRESQL)
+
+    expected_df = spark.createDataFrame([
+        (1, "alice", "r", pos(100), TS_MS, 1, 5, False, []),
+        (1, "alicia", "u", pos(200), TS_MS, 1, 6, False, []),
+        (1, None, "d", pos(300), TS_MS, 1, 7, True, []),
+    ], UNWRAPPED_SCHEMA)
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_flattened_events_without_op_or_source_time_and_with_source_named_fields(spark: SparkSession) -> None:
+    """add.fields=source.file,source.pos,source.row: `__source_file`...; no __op: a delete is `d`, else `u`."""
+    flat = StructType([
+        *ROW_TYPE.fields,
+        StructField("__source_file", StringType(), True), StructField("__source_pos", LongType(), True),
+        StructField("__source_row", IntegerType(), True), StructField("__deleted", StringType(), True),
+    ])
+    schema = StructType([StructField("envelope", flat), *FLAT_SCHEMA.fields[1:]])
+    binlog = "mysql-bin.000003"
+    rows = [((1, "a", binlog, 154, 0, "false"), 0, 1), ((1, None, binlog, 200, 1, "true"), 0, 2)]
+
+    actual = spark.createDataFrame(rows, schema).transform(unwrap_flattened, VALUE_COLUMNS, MYSQL).collect()
+
+    assert [(r["_cdc_op"], r["_cdc_position"], r["_hoodie_is_deleted"], r["_cdc_source_ts_ms"]) for r in actual] == [
+        ("u", "0000000003:00000000000000000154:0000000000", False, None),
+        ("d", "0000000003:00000000000000000200:0000000001", True, None),
+    ]
+
+
+def test_envelopes_and_flattened_events_are_told_apart() -> None:
+    assert is_envelope(["before", "after", "op", "source", "ts_ms", "transaction"])
+    assert not is_envelope(["id", "name", "__deleted", "__lsn"])
+    assert flattened_layout(["id", "name", "__op", "__lsn", "__deleted"]) == (["id", "name"], POSTGRESQL)
+    assert flattened_layout(["id", "__source_file", "__source_pos", "__source_row", "__deleted"])[1] == MYSQL
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    (["id", "__op", "__lsn"], r"without __deleted: .*delete\.tombstone\.handling\.mode=rewrite"),
+    (["id"], r"without __deleted"),  # no add.fields at all, tombstone mode
+    (["id", "__op", "__source_ts_ms", "__deleted"], r"without its source position .*add\.fields=op,lsn,source\.ts_ms"),
+])
+def test_flattened_settings_that_lose_deletes_or_order_are_refused(fields: list[str], message: str) -> None:
+    with pytest.raises(EnvelopeError, match=message):
+        flattened_layout(fields)
 
 
 def test_unwrap_selects_only_the_given_value_columns_in_their_order(spark: SparkSession) -> None:
