@@ -9,6 +9,7 @@ One PostgreSQL schema is captured by one connector per SMT setting (each under i
     tombstone (3.2's default)        op,lsn,source.ts_ms        refuses: a delete is a tombstone without its
                                                                 position (names the mode to set)
     drop                             op,lsn,source.ts_ms        refuses: deletes are lost (same message)
+    delete-to-tombstone              op,lsn,source.ts_ms        refuses, as tombstone
 
 The two supported settings run as two sources of one job, each into its own database: after the snapshot and
 after inserts, updates (TOASTed text left untouched, arrays holding NULL), deletes, a primary-key change and a
@@ -54,6 +55,7 @@ MODES: dict[str, tuple[str, str]] = {  # prefix suffix -> (delete.tombstone.hand
     "nolsn": ("rewrite", "op,source.ts_ms"),
     "tomb": ("tombstone", POSITION),
     "drop": ("drop", POSITION),
+    "d2t": ("delete-to-tombstone", POSITION),
 }
 SUPPORTED = ("rw", "rwt")
 
@@ -149,6 +151,7 @@ def test_rewrite_modes_apply_every_change_in_order(
     ("nolsn", r"without its source position .* add\.fields must name the source position: lsn"),
     ("tomb", r"without __deleted: .* set the SMT's delete\.tombstone\.handling\.mode=rewrite"),
     ("drop", r"without __deleted: .* set the SMT's delete\.tombstone\.handling\.mode=rewrite"),
+    ("d2t", r"without __deleted: .* set the SMT's delete\.tombstone\.handling\.mode=rewrite"),
 ])
 def test_settings_that_lose_deletes_or_order_are_refused(
     spark: SparkSession, local_config: JobConfig, pg_conn: psycopg.Connection, lake_root: str, *, mode: str,
