@@ -408,7 +408,7 @@ class BatchProcessor:
             )
         else:
             unwrapped_df = decoded_df.transform(unwrap_flattened, value_columns, connector, placeholders)
-        events_df = unwrapped_df.transform(with_debezium_types, value_fields, schema_json)
+        events_df = unwrapped_df.transform(with_debezium_types, value_fields, schema_json, connector)
         return _Slice(events_df, tuple(value_columns), tuple(placeholders))
 
     def _record_key(self, route: TableRoute, key_ids: set[SchemaRef]) -> tuple[str, ...] | None:

@@ -32,6 +32,7 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from app.position import MYSQL
 from app.unwrap import UNAVAILABLE_PLACEHOLDER, PlaceholderTest
 
 Conversion = Callable[[Column], Column]
@@ -221,14 +222,22 @@ _BY_CONNECT_NAME: dict[str, Conversion] = {
 }
 
 
-def conversion(avro_type: Any, named: dict[str, dict[str, Any]] | None = None) -> Conversion | None:
-    """The Spark expression turning a decoded value of `avro_type` into its Silver type; None: as decoded."""
+# MySQL/MariaDB TIME spans -838:59:59.999999 to 838:59:59.999999: an elapsed time, not a time of day. Its
+# MicroTime becomes the interval text PostgreSQL's interval gets.
+_MYSQL_CONNECT_NAMES: dict[str, Conversion] = {**_BY_CONNECT_NAME, "io.debezium.time.MicroTime": _duration}
+
+
+def conversion(
+    avro_type: Any, named: dict[str, dict[str, Any]] | None = None, connector: str | None = None
+) -> Conversion | None:
+    """The Spark expression turning a decoded value of `avro_type` into its Silver type; None: as decoded.
+    `connector` (app/position.py kinds) picks what a connect name means where connectors differ."""
     named = named or {}
     node = _resolve(_non_null(avro_type), named)
     if not isinstance(node, dict):
         return None
     if node.get("type") == "array":
-        inner = conversion(node["items"], named)
+        inner = conversion(node["items"], named, connector)
         return (lambda c: F.transform(c, inner)) if inner is not None else None
     connect_name = node.get("connect.name")
     if connect_name == "org.apache.kafka.connect.data.Decimal" and not _spark_decimal(node):
@@ -241,20 +250,23 @@ def conversion(avro_type: Any, named: dict[str, dict[str, Any]] | None = None) -
         # 0 (absent) or a huge length: an unbounded varbit, rendered without padding (CdcValues.bitsText).
         length = int(node.get("connect.parameters", {}).get("length", 0))
         return lambda c: _bits_text(c, length)
-    return _BY_CONNECT_NAME.get(connect_name or "")
+    return (_MYSQL_CONNECT_NAMES if connector == MYSQL else _BY_CONNECT_NAME).get(connect_name or "")
 
 
-def with_debezium_types(df: DataFrame, value_fields: Sequence[dict[str, Any]], schema_json: str = "{}") -> DataFrame:
+def with_debezium_types(
+    df: DataFrame, value_fields: Sequence[dict[str, Any]], schema_json: str = "{}", connector: str | None = None
+) -> DataFrame:
     """Map each value column to its Spark type; other columns pass through in place.
 
     Args:
         value_fields: the Avro fields of the envelope's Value record.
         schema_json: the whole writer schema, to resolve named types that fields refer to.
+        connector: the connector kind (app/position.py), where a connect name means different things.
     """
     named = named_types(schema_json)
     converted = {}
     for field in value_fields:
-        convert = conversion(field["type"], named)
+        convert = conversion(field["type"], named, connector)
         if convert is not None:
             converted[field["name"]] = convert(F.col(field["name"])).alias(field["name"])
     return df.select(*[converted.get(c, F.col(c)) for c in df.columns])

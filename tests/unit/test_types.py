@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from app.position import MYSQL, POSTGRESQL
 from app.types import conversion, named_types, placeholder_test, reader_schema, with_debezium_types
 from app.unwrap import UNAVAILABLE_PLACEHOLDER
 
@@ -119,6 +120,28 @@ def test_micro_duration_becomes_interval_text_that_casts_back(spark: SparkSessio
         F.expr("cast(a as interval day to second)").alias("i")
     )
     assert [r["i"] for r in back.collect()] == [None if us is None else timedelta(microseconds=us) for us in raw]
+
+
+def test_mysql_time_is_an_elapsed_time_not_a_time_of_day(spark: SparkSession) -> None:
+    """MySQL/MariaDB TIME (MicroTime from those connectors) spans +-838:59:59.999999: the interval text, as for
+    PostgreSQL's interval; PostgreSQL's time (MicroTime too) stays a time of day."""
+    avro = {"type": "long", "connect.name": "io.debezium.time.MicroTime"}
+    raw = [3020399999999, -3020399999999, 0, 45296123456, None]
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(raw)], "i int, v long")
+    mysql, postgres = conversion(avro, connector=MYSQL), conversion(avro, connector=POSTGRESQL)
+    assert mysql is not None and postgres is not None
+
+    actual = [r["v"] for r in df.select("i", mysql(F.col("v")).alias("v")).orderBy("i").collect()]
+
+    assert actual == [
+        "INTERVAL '34 22:59:59.999999' DAY TO SECOND", "INTERVAL '-34 22:59:59.999999' DAY TO SECOND",
+        "INTERVAL '0 00:00:00' DAY TO SECOND", "INTERVAL '0 12:34:56.123456' DAY TO SECOND", None,
+    ]
+    back = spark.createDataFrame([(a,) for a in actual], "a string").select(
+        F.expr("cast(a as interval day to second)").alias("i")
+    )
+    assert [r["i"] for r in back.collect()] == [None if us is None else timedelta(microseconds=us) for us in raw]
+    assert df.select(postgres(F.col("v"))).collect()[3][0] == "12:34:56.123456"
 
 
 def test_decimals_beyond_spark_and_without_scale_become_exact_text(spark: SparkSession) -> None:
