@@ -1,4 +1,5 @@
-"""Kafka Connect REST client: register the Debezium PostgreSQL connector with the Apicurio Avro converter.
+"""Kafka Connect REST client: register the Debezium PostgreSQL and MariaDB connectors with the Apicurio Avro
+converter.
 
 Used by the demo and the end-to-end tests against the local stack; the connector config mirrors what a user
 deploys on MSK Connect. `converter_config` gives the Apicurio 2.6 converter settings that produce each wire
@@ -23,6 +24,14 @@ class PostgresSource:
     user: str
     password: str
     dbname: str
+
+
+@dataclass(frozen=True)
+class MariaDbSource:
+    host: str
+    port: int
+    user: str
+    password: str
 
 
 def converter_config(registry_url: str, framing: str = "id4", id_type: str = "contentId") -> dict[str, str]:
@@ -82,6 +91,41 @@ def postgres_connector_config(
         "slot.name": f"{name}_slot".replace("-", "_"),
         "publication.name": f"{name}_pub".replace("-", "_"),
         "publication.autocreate.mode": "filtered",
+        "schema.name.adjustment.mode": "avro",
+        "snapshot.mode": "initial",
+        **converter_config(registry_url, framing, id_type),
+    }
+
+
+def mariadb_connector_config(
+    name: str,
+    source: MariaDbSource,
+    topic_prefix: str,
+    databases: list[str],
+    *,
+    registry_url: str,
+    kafka_bootstrap: str,
+    server_id: int,
+    framing: str = "id4",
+    id_type: str = "contentId",
+) -> dict[str, str]:
+    """A Debezium MariaDB connector (binlog) capturing `databases` into `<topic_prefix>.<database>.<table>`.
+
+    `server_id` must differ from the server's and from every other binlog client's. The schema history (the
+    DDL the connector replays on restart) is kept in the Kafka topic `<topic_prefix>.schema-history`.
+    """
+    return {
+        "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+        "database.hostname": source.host,
+        "database.port": str(source.port),
+        "database.user": source.user,
+        "database.password": source.password,
+        "database.server.id": str(server_id),
+        "topic.prefix": topic_prefix,
+        "database.include.list": ",".join(databases),
+        "schema.history.internal.kafka.bootstrap.servers": kafka_bootstrap,
+        "schema.history.internal.kafka.topic": f"{topic_prefix}.schema-history",
+        "include.schema.changes": "false",
         "schema.name.adjustment.mode": "avro",
         "snapshot.mode": "initial",
         **converter_config(registry_url, framing, id_type),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine; idempotent, cheap when nothing changed.
 # usage: scripts/setup.sh [system] [jars] [python]     (no argument: all three)
-#   system  Debian packages: PostgreSQL 15 with PostGIS 3, a JDK 17, Maven, curl
+#   system  Debian packages: PostgreSQL 15 with PostGIS 3, MariaDB 10.11 server and client, a JDK 17, Maven, curl
 #   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
 #           own JVM functions (jvm/, built by Maven) into .deps/spark/cdc-functions.jar
 #   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
@@ -10,11 +10,23 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 log() { printf '[setup] %s\n' "$*"; }
 
+stop_debian_mariadb() {
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    systemctl disable --now mariadb >/dev/null 2>&1 || true
+  elif [ -x /etc/init.d/mariadb ]; then
+    /etc/init.d/mariadb stop >/dev/null 2>&1 || true
+    if command -v update-rc.d >/dev/null; then update-rc.d mariadb disable >/dev/null 2>&1 || true; fi
+  fi
+}
+
 system() {
   local missing=()
   [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15 postgresql-client-15)
   # PostGIS: geometry/geography columns in the types tests (hstore ships with postgresql-15).
   [ -f /usr/lib/postgresql/15/lib/postgis-3.so ] || missing+=(postgresql-15-postgis-3)
+  # MariaDB: the second source database of the stack (Debezium's MariaDB connector reads its binlog).
+  { [ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db >/dev/null; } || missing+=(mariadb-server)
+  command -v mariadb >/dev/null || missing+=(mariadb-client)
   command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
   command -v mvn >/dev/null || missing+=(maven)
   command -v curl >/dev/null || missing+=(curl)
@@ -25,6 +37,8 @@ system() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     # Debian's package starts its own cluster on 5432; the stack runs its own on loopback instead.
     if command -v pg_ctlcluster >/dev/null; then pg_ctlcluster 15 main stop 2>/dev/null || true; fi
+    # Likewise Debian's MariaDB on 3306 (/var/lib/mysql): stopped and kept from starting at boot.
+    if [[ " ${missing[*]} " == *" mariadb-server "* ]]; then stop_debian_mariadb; fi
   fi
 }
 

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The local stack, every component a real process on loopback:
 #   PostgreSQL 15 (source database, Apicurio's storage, the Hive metastore database)
+#   MariaDB 10.11 (second source database: binlog ROW/FULL, server_id 1, GTID domain 0), database `source`;
+#   local-only logins over TCP 127.0.0.1:$MARIADB_PORT (default 3306): `root`/`mariadb` (all privileges,
+#   for tests and setup) and `debezium`/`debezium` (what Debezium's MariaDB connector needs, no more)
 #   Kafka 3.9 broker (single-node KRaft)
 #   Apicurio Registry 3.0 (SQL storage in the stack's PostgreSQL: it lives and dies with the Kafka data)
-#   Kafka Connect 3.9 (distributed, one worker) with the Debezium PostgreSQL connector + Apicurio converter
+#   Kafka Connect 3.9 (distributed, one worker) with the Debezium PostgreSQL and MariaDB connectors, each
+#   with the Apicurio converter beside it
 #   S3 API: moto's server (in memory), bucket `lake` for Silver, Bronze and checkpoints on s3a://lake/
 #   A restart of the S3 server empties the lake and the checkpoints together: the next run of the job reads
 #   Kafka from the configured start and rebuilds every table. Kafka, the registry and the databases keep theirs.
@@ -11,11 +15,14 @@
 # usage: scripts/stack.sh up | down [service...] | reset | status
 #   up      install what is missing, start what is not running, wait until each service answers
 #   down    stop the processes this script started (by pid), keep their state; `down kafka` stops one
+#           (services: postgres mariadb kafka registry connect s3)
 #   reset   down, then wipe all state together: Kafka logs, Connect offsets, registry, databases,
 #           metastore, lake and checkpoints
 #   status  every endpoint and pid
 #
 # State, logs and pid files live under $STACK_DIR (default .stack/ in the repository, git-ignored).
+# Ports: PG_PORT MARIADB_PORT KAFKA_PORT CONTROLLER_PORT REGISTRY_PORT CONNECT_PORT S3_PORT (defaults 5432 3306
+# 9092 9093 8080 8083 9000), so a second stack can run beside the first with its own STACK_DIR.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +32,7 @@ LOGS=$STACK_DIR/logs
 PIDS=$STACK_DIR/pids
 
 PG_PORT=${PG_PORT:-5432}
+MARIADB_PORT=${MARIADB_PORT:-3306}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 CONTROLLER_PORT=${CONTROLLER_PORT:-9093}
 REGISTRY_PORT=${REGISTRY_PORT:-8080}
@@ -35,6 +43,9 @@ PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 # Local-only credentials for the loopback database; production secrets never pass through this script.
 export PGPASSWORD=${PGPASSWORD:-postgres}
 PG_USER=postgres
+MARIADB_ROOT_PASSWORD=mariadb
+MARIADB_CDC_USER=debezium
+MARIADB_CDC_PASSWORD=debezium
 HEAP=${STACK_HEAP:-512m}
 
 log() { printf '[stack] %s\n' "$*"; }
@@ -56,11 +67,21 @@ pg_dir() {
   fi
 }
 
-alive() { # alive NAME: the recorded pid runs and is still our java/postgres (a stale pid file may name another)
+mariadb_dir() {
+  # MariaDB's files must be reachable by the mysql user the server runs as under root: the same rule as pg_dir.
+  # That user's home is /nonexistent on Debian, so the fallback is a directory of its own below /var/lib.
+  if [ "$(id -u)" != 0 ] || runuser -u mysql -- test -x "$STACK_DIR" 2>/dev/null; then
+    echo "$STACK_DIR/mariadb"
+  else
+    echo "/var/lib/cdc-stack-mariadb-$(printf %s "$STACK_DIR" | cksum | cut -d' ' -f1)"
+  fi
+}
+
+alive() { # alive NAME: the recorded pid runs and is still our server (a stale pid file may name another process)
   local f=$PIDS/$1.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres|moto'
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres|mariadbd|moto'
 }
 
 wait_for() { # wait_for NAME SECONDS COMMAND...
@@ -75,6 +96,10 @@ wait_for() { # wait_for NAME SECONDS COMMAND...
 }
 
 psql_admin() { "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -v ON_ERROR_STOP=1 -qAt "$@"; }
+
+mariadb_admin() { # SQL as the server's admin over its socket (unix_socket auth: the OS user running this script)
+  mariadb --no-defaults --protocol=socket -S "$(mariadb_dir)/run/mariadbd.sock" -u "$(id -un)" -N -B "$@"
+}
 
 ensure_installed() {
   # python: the S3 server (moto) runs from the project virtualenv.
@@ -102,6 +127,55 @@ start_postgres() {
       psql_admin -d postgres -c "create database $db"
     fi
   done
+}
+
+start_mariadb() {
+  local dir data run as_root=() socket_user
+  dir=$(mariadb_dir); data=$dir/data; run=$dir/run; socket_user=$(id -un)
+  if alive mariadb; then log "mariadb already running (pid $(cat "$PIDS/mariadb.pid"))"; return; fi
+  mkdir -p "$dir" "$run" "$LOGS"
+  # The server's own option file only: Debian's /etc/mysql config (socket, port 3306, datadir) is not read.
+  cat > "$dir/my.cnf" <<EOF
+[mariadbd]
+datadir=$data
+socket=$run/mariadbd.sock
+pid-file=$run/mariadbd.pid
+port=$MARIADB_PORT
+bind-address=127.0.0.1
+skip-name-resolve
+character-set-server=utf8mb4
+collation-server=utf8mb4_general_ci
+# Binlog for Debezium: row events with full before/after images and column metadata, GTIDs in domain 0.
+server-id=1
+log-bin=mariadb-bin
+binlog-format=ROW
+binlog-row-image=FULL
+binlog-row-metadata=FULL
+gtid-domain-id=0
+EOF
+  if [ "$(id -u)" = 0 ]; then chown -R mysql: "$dir"; as_root=(--user=mysql); socket_user=mysql; fi
+  if [ ! -d "$data/mysql" ]; then
+    # Admin logins by unix_socket: root@localhost, and the OS user running this script (mysql under root).
+    mariadb-install-db --defaults-file="$dir/my.cnf" "${as_root[@]}" --skip-test-db --skip-name-resolve \
+      --auth-root-authentication-method=socket --auth-root-socket-user="$socket_user" \
+      >> "$LOGS/mariadb.log" 2>&1 || die "mariadb-install-db failed; see $LOGS/mariadb.log"
+  fi
+  # --user: mariadbd started by root switches to the mysql user itself, so $! is the server's pid.
+  nohup /usr/sbin/mariadbd --defaults-file="$dir/my.cnf" "${as_root[@]}" >> "$LOGS/mariadb.log" 2>&1 &
+  echo $! > "$PIDS/mariadb.pid"
+  wait_for mariadb 60 mariadb_admin -e 'select 1'
+  # Idempotent: the database, the connector's login and a TCP admin login (skip-name-resolve: by IP only).
+  # Kept out of the binlog, so a restart adds no GTIDs or events a connector would read.
+  mariadb_admin -e "
+    SET SESSION sql_log_bin = 0;
+    CREATE DATABASE IF NOT EXISTS source;
+    CREATE USER IF NOT EXISTS '$MARIADB_CDC_USER'@'127.0.0.1' IDENTIFIED BY '$MARIADB_CDC_PASSWORD';
+    ALTER USER '$MARIADB_CDC_USER'@'127.0.0.1' IDENTIFIED BY '$MARIADB_CDC_PASSWORD';
+    GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT, LOCK TABLES
+      ON *.* TO '$MARIADB_CDC_USER'@'127.0.0.1';
+    CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '$MARIADB_ROOT_PASSWORD';
+    ALTER USER 'root'@'127.0.0.1' IDENTIFIED BY '$MARIADB_ROOT_PASSWORD';
+    GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;"
 }
 
 start_kafka() {
@@ -181,16 +255,26 @@ start_s3() {
 }
 
 plugin_dir() {
-  # One Connect plugin: the Debezium connector with the Apicurio converter beside it (plugin isolation loads
-  # the converter named in a connector config from the connector's own folder).
-  local dir=$STACK_DIR/plugins/debezium-connector-postgres
-  rm -rf "$STACK_DIR/plugins" && mkdir -p "$dir"
-  ln -s "$DEPS"/debezium/debezium-connector-postgres/*.jar "$DEPS"/converter/*.jar "$dir/"
+  # One Connect plugin per Debezium connector, each with the Apicurio converter beside it (plugin isolation
+  # loads the converter named in a connector config from the connector's own folder).
+  local src name
+  rm -rf "$STACK_DIR/plugins"
+  for src in "$DEPS"/debezium/debezium-connector-postgres "$DEPS"/debezium-mariadb/debezium-connector-mariadb; do
+    [ -d "$src" ] || die "$src missing; run scripts/setup.sh jars"
+    name=$(basename "$src")
+    mkdir -p "$STACK_DIR/plugins/$name"
+    ln -s "$src"/*.jar "$DEPS"/converter/*.jar "$STACK_DIR/plugins/$name/"
+  done
 }
 
 start_connect() {
   local dir=$STACK_DIR/connect
-  if alive connect; then log "connect already running (pid $(cat "$PIDS/connect.pid"))"; return; fi
+  if alive connect; then
+    log "connect already running (pid $(cat "$PIDS/connect.pid"))"
+    # A worker started before a plugin was added does not load it: only a restart rereads plugin.path.
+    connect_ready || log "connect does not list both Debezium connectors; to reload: scripts/stack.sh down connect && scripts/stack.sh up"
+    return
+  fi
   mkdir -p "$dir"
   plugin_dir
   cat > "$dir/worker.properties" <<EOF
@@ -219,7 +303,9 @@ EOF
 }
 
 connect_ready() {
-  curl -sf "http://127.0.0.1:$CONNECT_PORT/connector-plugins" | grep -q PostgresConnector
+  local plugins
+  plugins=$(curl -sf "http://127.0.0.1:$CONNECT_PORT/connector-plugins") || return 1
+  grep -q PostgresConnector <<<"$plugins" && grep -q MariaDbConnector <<<"$plugins"
 }
 
 stop_one() { # stop_one NAME
@@ -244,6 +330,7 @@ cmd_up() {
   ensure_installed
   mkdir -p "$LOGS" "$PIDS" "$STACK_DIR/lake" "$STACK_DIR/checkpoints"
   start_postgres
+  start_mariadb
   start_kafka
   start_registry
   start_connect
@@ -254,14 +341,14 @@ cmd_up() {
 
 cmd_down() { # cmd_down [NAME...]: the named services, or all, in reverse start order
   local name
-  for name in s3 connect registry kafka postgres; do
+  for name in s3 connect registry kafka mariadb postgres; do
     if [ $# -eq 0 ] || [[ " $* " == *" $name "* ]]; then stop_one "$name"; fi
   done
 }
 
 cmd_reset() {
   cmd_down
-  rm -rf "$(pg_dir)" "$STACK_DIR/pg" "$STACK_DIR/kafka" "$STACK_DIR/connect" "$STACK_DIR/plugins" \
+  rm -rf "$(pg_dir)" "$STACK_DIR/pg" "$(mariadb_dir)" "$STACK_DIR/mariadb" "$STACK_DIR/kafka" "$STACK_DIR/connect" "$STACK_DIR/plugins" \
     "$STACK_DIR/lake" "$STACK_DIR/checkpoints" "$STACK_DIR/tests"
   log "state wiped under $STACK_DIR"
 }
@@ -269,11 +356,12 @@ cmd_reset() {
 cmd_status() {
   local name state
   printf '%-10s %-8s %-8s %s\n' service state pid endpoint
-  for name in postgres kafka registry connect s3; do
+  for name in postgres mariadb kafka registry connect s3; do
     state=stopped
     alive "$name" && state=running
     case $name in
       postgres) ep="postgresql://$PG_USER@127.0.0.1:$PG_PORT/{source,registry,metastore}" ;;
+      mariadb)  ep="mysql://127.0.0.1:$MARIADB_PORT/source (root/$MARIADB_ROOT_PASSWORD, $MARIADB_CDC_USER/$MARIADB_CDC_PASSWORD)" ;;
       kafka)    ep="127.0.0.1:$KAFKA_PORT (controller $CONTROLLER_PORT)" ;;
       registry) ep="http://127.0.0.1:$REGISTRY_PORT/apis/registry/v3" ;;
       connect)  ep="http://127.0.0.1:$CONNECT_PORT" ;;
@@ -289,5 +377,5 @@ case "${1:-}" in
   down) shift; cmd_down "$@" ;;
   reset) cmd_reset ;;
   status) cmd_status ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -28,9 +28,11 @@ import json
 import logging
 import os
 import random
+import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -47,6 +49,7 @@ Conn = psycopg.Connection[TupleRow]
 Row = tuple[Any, ...]
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "tickit.sql"
+MARIADB_SCHEMA_FILE = SCHEMA_FILE.with_name("tickit-mariadb.sql")
 DEFAULT_DSN = "host=127.0.0.1 port=5432 user=postgres password=postgres dbname=source"
 SCHEMAS = ["ecomm", "ems", "crm"]
 
@@ -366,53 +369,176 @@ def generate(scale: float = 1.0, seed: int = 7) -> dict[str, list[Row]]:
 # Database I/O.
 
 
-def _ident(table: str) -> sql.Identifier:
-    schema, name = table.split(".")
-    return sql.Identifier(schema, name)
+class Db:
+    """One source database holding some of TICKIT's systems: PostgreSQL (psycopg; a system is a schema) or
+    MariaDB (PyMySQL; a system is a database of the server). Queries take `%s` placeholders, as both drivers do.
+
+    `names` renames systems in this database (e.g. {"ecomm": "ecomm_t1"}), so that several copies can live on one
+    MariaDB server, whose databases are what PostgreSQL's schemas are inside one database.
+    """
+
+    def __init__(self, conn: Any, names: dict[str, str] | None = None) -> None:
+        self.conn = conn
+        self.kind = "postgresql" if isinstance(conn, psycopg.Connection) else "mariadb"
+        self.names = dict(names or {})
+
+    def schema(self, system: str) -> str:
+        """The schema (PostgreSQL) or database (MariaDB) that holds a TICKIT system here."""
+        return self.names.get(system, system)
+
+    def quote(self, name: str) -> str:
+        q = '"' if self.kind == "postgresql" else "`"
+        return q + name.replace(q, q + q) + q
+
+    def table(self, table: str) -> str:
+        """`system.table` as this database names it, quoted."""
+        system, name = table.split(".")
+        return f"{self.quote(self.schema(system))}.{self.quote(name)}"
+
+    def rows(self, query: str, params: Sequence[Any] | None = None) -> list[Row]:
+        with self.conn.cursor() as cur:
+            cur.execute(query, params)
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+    def execute(self, query: str) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(query)
+
+    def executemany(self, query: str, rows: Sequence[Row]) -> int:
+        """Run `query` once per row; the number of rows it affected (MariaDB: changed, not only matched)."""
+        with self.conn.cursor() as cur:
+            cur.executemany(query, rows)
+            return int(cur.rowcount)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction (a savepoint inside a PostgreSQL caller's transaction)."""
+        if self.kind == "postgresql":
+            with self.conn.transaction():
+                yield
+            return
+        self.conn.begin()
+        try:
+            yield
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
 
 
-def _insert_sql(table: str) -> sql.Composed:
+class Placement:
+    """Where each TICKIT system lives: a `Db` per system (crm, ems, ecomm).
+
+    A psycopg connection given to this module's functions means all three systems in that PostgreSQL database;
+    `Placement.reference(pg, mariadb)` is the reference setup's split: crm and ems on PostgreSQL, ecomm on
+    MariaDB (the reference puts ems on SQL Server, which does not run here).
+    """
+
+    def __init__(self, systems: dict[str, Db]) -> None:
+        missing = set(SCHEMAS) - set(systems)
+        if missing:
+            raise ValueError(f"no database for TICKIT systems {sorted(missing)}")
+        self.systems = systems
+
+    @classmethod
+    def reference(cls, pg: Conn, mariadb: Any, mariadb_names: dict[str, str] | None = None) -> Placement:
+        pg_db, maria_db = Db(pg), Db(mariadb, mariadb_names)
+        return cls({"crm": pg_db, "ems": pg_db, "ecomm": maria_db})
+
+    def db(self, table: str) -> Db:
+        """The database of `system.table` (or of a system)."""
+        return self.systems[table.split(".", maxsplit=1)[0]]
+
+    def databases(self) -> list[tuple[Db, list[str]]]:
+        """Each distinct database with the systems it holds, in SCHEMAS order."""
+        found: list[tuple[Db, list[str]]] = []
+        for system in SCHEMAS:
+            db = self.systems[system]
+            for seen, systems in found:
+                if seen is db:
+                    systems.append(system)
+                    break
+            else:
+                found.append((db, [system]))
+        return found
+
+
+Target = Conn | Placement
+
+
+def _placement(target: Target) -> Placement:
+    if isinstance(target, Placement):
+        return target
+    db = Db(target)
+    return Placement(dict.fromkeys(SCHEMAS, db))
+
+
+def _insert_sql(db: Db, table: str) -> str:
     cols = COLUMNS[table]
-    return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-        _ident(table), sql.SQL(", ").join(map(sql.Identifier, cols)), sql.SQL(", ").join(sql.Placeholder() * len(cols))
-    )
+    return (f"INSERT INTO {db.table(table)} ({', '.join(map(db.quote, cols))}) "
+            f"VALUES ({', '.join(['%s'] * len(cols))})")
 
 
-def create_schema(conn: Conn) -> None:
-    """Create the TICKIT schemas and tables (schemas/tickit.sql); idempotent.
+def _ddl(db: Db, systems: Sequence[str]) -> list[str]:
+    """The schema file's statements for `systems`, with this database's names (each statement names one system)."""
+    path = SCHEMA_FILE if db.kind == "postgresql" else MARIADB_SCHEMA_FILE
+    text = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
+                     if not line.lstrip().startswith("--"))
+    statements: list[str] = []
+    for statement in (s.strip() for s in text.split(";")):
+        match = re.search(r"\b(ecomm|ems|crm)\b", statement)
+        if statement and match and match.group(1) in systems:
+            renamed = re.sub(r"\b(ecomm|ems|crm)\b(?=\.|\s*$)", lambda m: db.quote(db.schema(m.group(1))), statement)
+            statements.append(renamed)
+    return statements
+
+
+def create_schema(target: Target) -> None:
+    """Create the TICKIT schemas and tables (schemas/tickit.sql, or schemas/tickit-mariadb.sql on MariaDB);
+    idempotent.
 
     Args:
-        conn: connection to the target database.
+        target: a PostgreSQL connection (all systems there), or a Placement.
     """
-    ddl = SCHEMA_FILE.read_text(encoding="utf-8")
-    with conn.transaction():
-        # No parameters, so psycopg sends the file as one simple query: several statements are allowed.
-        conn.execute(ddl.encode())
-    log.info("created TICKIT schema from %s", SCHEMA_FILE)
+    for db, systems in _placement(target).databases():
+        with db.transaction():  # MariaDB commits DDL implicitly; PostgreSQL's is transactional
+            for statement in _ddl(db, systems):
+                db.execute(statement)
+        log.info("created TICKIT %s in %s", ", ".join(systems), db.kind)
 
 
-def counts(conn: Conn) -> dict[str, int]:
+def counts(target: Target) -> dict[str, int]:
     """Row count of each TICKIT table.
 
     Returns:
         {"schema.table": rows} in TABLES order.
     """
+    placement = _placement(target)
     result: dict[str, int] = {}
     for table in TABLES:
-        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(_ident(table))).fetchone()
-        result[table] = int(row[0]) if row else 0
+        db = placement.db(table)
+        result[table] = int(db.rows(f"SELECT count(*) FROM {db.table(table)}")[0][0])
     return result
 
 
-def _missing_tables(conn: Conn) -> list[str]:
-    return [t for t in TABLES if (r := conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()) is None or r[0] is None]
+def _missing_tables(placement: Placement) -> list[str]:
+    missing = []
+    for table in TABLES:
+        db = placement.db(table)
+        system, name = table.split(".")
+        found = db.rows("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                        (db.schema(system), name))
+        if not found:
+            missing.append(table)
+    return missing
 
 
-def load(conn: Conn, scale: float = 1.0, seed: int = 7) -> dict[str, int]:
-    """Generate TICKIT rows and COPY them into the (empty) tables in one transaction.
+def load(target: Target, scale: float = 1.0, seed: int = 7) -> dict[str, int]:
+    """Generate TICKIT rows and insert them into the (empty) tables, one transaction per database (PostgreSQL
+    by COPY).
 
     Args:
-        conn: connection to a database where `create_schema` has run.
+        target: a PostgreSQL connection where `create_schema` has run (all systems there), or a Placement.
         scale: multiplies BASE_ROWS (a few thousand rows in all at 1.0); each table gets at least one row.
         seed: seed of the generator; the same seed gives the same rows.
 
@@ -422,46 +548,49 @@ def load(conn: Conn, scale: float = 1.0, seed: int = 7) -> dict[str, int]:
     Raises:
         ValueError: a table is missing or not empty, or `scale` is out of range.
     """
-    missing = _missing_tables(conn)
+    placement = _placement(target)
+    missing = _missing_tables(placement)
     if missing:
         raise ValueError(f"TICKIT tables missing: {', '.join(missing)}; run create first")
-    non_empty = {t: n for t, n in counts(conn).items() if n}
+    non_empty = {t: n for t, n in counts(placement).items() if n}
     if non_empty:
         raise ValueError(f"TICKIT tables not empty: {non_empty}; load only fills empty tables (drop, create first)")
     started = time.monotonic()
     data = generate(scale, seed)
     inserted: dict[str, int] = {}
-    with conn.transaction(), conn.cursor() as cur:
-        for table in TABLES:
-            copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
-                _ident(table), sql.SQL(", ").join(map(sql.Identifier, COLUMNS[table]))
-            )
-            with cur.copy(copy_sql) as copy:
-                for row in data[table]:
-                    copy.write_row(row)
-            inserted[table] = len(data[table])
+    for db, systems in placement.databases():
+        tables = [t for t in TABLES if t.split(".")[0] in systems]
+        with db.transaction():
+            for table in tables:
+                if db.kind == "postgresql":
+                    copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
+                        sql.SQL(db.table(table)), sql.SQL(", ").join(map(sql.Identifier, COLUMNS[table])))
+                    with db.conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                        for row in data[table]:
+                            copy.write_row(row)
+                else:
+                    db.executemany(_insert_sql(db, table), data[table])
+                inserted[table] = len(data[table])
     log.info("loaded %d TICKIT rows (scale %s, seed %d) in %.2fs", sum(inserted.values()), scale, seed,
              time.monotonic() - started)
-    return inserted
+    return {t: inserted[t] for t in TABLES}
 
 
-def drop(conn: Conn) -> None:
-    """Drop the ecomm, ems and crm schemas with everything in them."""
-    with conn.transaction():
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-            sql.SQL(", ").join(map(sql.Identifier, SCHEMAS))))
-    log.info("dropped schemas %s", ", ".join(SCHEMAS))
+def drop(target: Target) -> None:
+    """Drop the ecomm, ems and crm schemas (MariaDB: databases) with everything in them."""
+    for db, systems in _placement(target).databases():
+        with db.transaction():
+            if db.kind == "postgresql":
+                db.execute(f"DROP SCHEMA IF EXISTS {', '.join(db.quote(db.schema(s)) for s in systems)} CASCADE")
+            else:
+                for system in systems:
+                    db.execute(f"DROP DATABASE IF EXISTS {db.quote(db.schema(system))}")
+        log.info("dropped %s in %s", ", ".join(systems), db.kind)
 
 
-def _fetch(conn: Conn, query: str) -> list[Row]:
-    return conn.execute(query).fetchall()
-
-
-def _max_id(conn: Conn, table: str) -> int:
+def _max_id(db: Db, table: str) -> int:
     key = PRIMARY_KEYS[table][0]
-    row = conn.execute(sql.SQL("SELECT coalesce(max({}), 0) FROM {}").format(sql.Identifier(key), _ident(table)))
-    fetched = row.fetchone()
-    return int(fetched[0]) if fetched else 0
+    return int(db.rows(f"SELECT coalesce(max({db.quote(key)}), 0) FROM {db.table(table)}")[0][0])
 
 
 def _pick(rng: random.Random, candidates: Sequence[Any], k: int, exclude: set[Any]) -> list[Any]:
@@ -470,21 +599,23 @@ def _pick(rng: random.Random, candidates: Sequence[Any], k: int, exclude: set[An
     return rng.sample(pool, min(k, len(pool)))
 
 
-def burst(conn: Conn, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]:
-    """A burst of about `n` row changes over six tables, in one transaction.
+def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]:
+    """A burst of about `n` row changes over six tables, in one transaction per database.
 
     Inserts get ids above each table's current maximum; updates change prices, names, seats, start times and set
     some phones to NULL; one listing's price is updated three times. Deletes go sales first, then listings
-    without sales, then users with no listings or sales, so nothing left refers to a deleted row. Rows inserted
-    or updated by the burst are not deleted by it, so every change survives in the final state.
+    without sales, then users with no listings or sales, so nothing left refers to a deleted row. Last, a few
+    listings without sales and idle users change primary key ("rekey": the row moves to a new id). Rows
+    inserted or updated by the burst are not deleted by it, so every change survives in the final state.
 
     Args:
-        conn: connection to a loaded TICKIT database.
+        target: a loaded TICKIT database (PostgreSQL connection), or a Placement.
         seed: seed of the generator; the same seed on the same database state gives the same changes.
         n: approximate number of row changes; each kind gets at least one (a delete only if a row qualifies).
 
     Returns:
-        {"schema.table": {"insert": a, "update": b, "delete": c}} for every table, counting affected rows.
+        {"schema.table": {"insert": a, "update": b, "delete": c, "rekey": d}} for every table, counting affected
+        rows. In Kafka each insert or update is one record, a delete two (event and tombstone), a rekey three.
 
     Raises:
         ValueError: n < 1, or a table other than sales is empty (load first).
@@ -493,48 +624,60 @@ def burst(conn: Conn, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]
         raise ValueError(f"n must be >= 1, got {n}")
     started = time.monotonic()
     rng = random.Random(seed)
+    placement = _placement(target)
 
     def k(fraction: float) -> int:
         return max(1, round(n * fraction))
 
-    result = {table: {"insert": 0, "update": 0, "delete": 0} for table in TABLES}
-    with conn.transaction(), conn.cursor() as cur:
-        empty = [t for t, c in counts(conn).items() if c == 0 and t != "ecomm.sales"]
+    def t(table: str) -> str:
+        return placement.db(table).table(table)
+
+    def fetch(table: str, query: str) -> list[Row]:
+        return placement.db(table).rows(query)
+
+    result = {table: {"insert": 0, "update": 0, "delete": 0, "rekey": 0} for table in TABLES}
+    with ExitStack() as transactions:
+        for db, _ in placement.databases():
+            transactions.enter_context(db.transaction())
+        empty = [t for t, c in counts(placement).items() if c == 0 and t != "ecomm.sales"]
         if empty:
             raise ValueError(f"TICKIT tables empty: {', '.join(empty)}; load first")
-        max_ids = {table: _max_id(conn, table) for table in TABLES}
-        dates = _fetch(conn, "SELECT dateid, caldate FROM ecomm.date ORDER BY dateid")
-        categories = _fetch(conn, "SELECT catid, catgroup, catname, catdesc FROM ems.category ORDER BY catid")
-        users = _fetch(conn, "SELECT userid, lastname, email FROM crm.users ORDER BY userid")
-        venues = _fetch(conn, "SELECT venueid, venuename, venueseats FROM ems.venue ORDER BY venueid")
-        events = _fetch(conn, "SELECT eventid, dateid, starttime FROM ems.event ORDER BY eventid")
-        listings = _fetch(conn, """
+        max_ids = {table: _max_id(placement.db(table), table) for table in TABLES}
+        dates = fetch("ecomm.date", f"SELECT dateid, caldate FROM {t('ecomm.date')} ORDER BY dateid")
+        categories = fetch("ems.category",
+                           f"SELECT catid, catgroup, catname, catdesc FROM {t('ems.category')} ORDER BY catid")
+        users = fetch("crm.users", f"SELECT userid, lastname, email FROM {t('crm.users')} ORDER BY userid")
+        venues = fetch("ems.venue", f"SELECT venueid, venuename, venueseats FROM {t('ems.venue')} ORDER BY venueid")
+        events = fetch("ems.event", f"SELECT eventid, dateid, starttime FROM {t('ems.event')} ORDER BY eventid")
+        listings = [(*row[:8], int(row[8])) for row in fetch("ecomm.listing", f"""
             SELECT l.listid, l.sellerid, l.eventid, l.dateid, l.numtickets, l.priceperticket, l.totalprice,
                    l.listtime, l.numtickets - coalesce(sum(s.qtysold), 0) AS remaining
-            FROM ecomm.listing l LEFT JOIN ecomm.sales s ON s.listid = l.listid
+            FROM {t('ecomm.listing')} l LEFT JOIN {t('ecomm.sales')} s ON s.listid = l.listid
             WHERE l.priceperticket IS NOT NULL
-            GROUP BY l.listid ORDER BY l.listid""")
-        sales = _fetch(conn, "SELECT salesid, pricepaid FROM ecomm.sales ORDER BY salesid")
+            GROUP BY l.listid ORDER BY l.listid""")]
+        sales = fetch("ecomm.sales", f"SELECT salesid, pricepaid FROM {t('ecomm.sales')} ORDER BY salesid")
         touched: dict[str, set[int]] = {table: set() for table in TABLES}
 
-        def run(table: str, op: str, query: sql.Composed | str, rows: Sequence[Row]) -> None:
+        def run(table: str, op: str, query: str, rows: Sequence[Row]) -> None:
             if not rows:
                 return
-            cur.executemany(query, rows)
-            result[table][op] += cur.rowcount
+            result[table][op] += placement.db(table).executemany(query, rows)
             if op != "delete":
                 touched[table].update(row[0] if op == "insert" else row[-1] for row in rows)
 
+        def insert(table: str, rows: Sequence[Row]) -> None:
+            run(table, "insert", _insert_sql(placement.db(table), table), rows)
+
         # Inserts, dimensions first: new users and venues, events at existing venues, listings, then sales.
         new_users = [_user_row(rng, max_ids["crm.users"] + i) for i in range(1, k(0.08) + 1)]
-        run("crm.users", "insert", _insert_sql("crm.users"), new_users)
+        insert("crm.users", new_users)
         new_venues = [_venue_row(rng, max_ids["ems.venue"] + i) for i in range(1, k(0.02) + 1)]
-        run("ems.venue", "insert", _insert_sql("ems.venue"), new_venues)
+        insert("ems.venue", new_venues)
         userids = [row[0] for row in users] + [row[0] for row in new_users]
         venueids = [row[0] for row in venues] + [row[0] for row in new_venues]
         new_events = [_event_row(rng, max_ids["ems.event"] + i, venueids, categories, dates)
                       for i in range(1, k(0.05) + 1)]
-        run("ems.event", "insert", _insert_sql("ems.event"), new_events)
+        insert("ems.event", new_events)
         event_dates: dict[int, int] = {row[0]: row[1] for row in events} | {row[0]: row[3] for row in new_events}
         event_keys = list(event_dates.items())
         pools = _Pools(dates, userids)
@@ -542,7 +685,7 @@ def burst(conn: Conn, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]
             _listing_row(rng, max_ids["ecomm.listing"] + i, rng.choice(event_keys), pools)
             for i in range(1, k(0.12) + 1)
         ]
-        run("ecomm.listing", "insert", _insert_sql("ecomm.listing"), new_listings)
+        insert("ecomm.listing", new_listings)
         open_listings = [(row[:8], row[8]) for row in listings if row[8] > 0]
         open_listings += [(row, row[4]) for row in new_listings if row[5] is not None]
         new_sales: list[Row] = []
@@ -558,7 +701,7 @@ def burst(conn: Conn, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]
             if left - sale[6] == 0:
                 open_listings[j] = open_listings[-1]
                 open_listings.pop()
-        run("ecomm.sales", "insert", _insert_sql("ecomm.sales"), new_sales)
+        insert("ecomm.sales", new_sales)
 
         # Updates of rows that existed before the burst.
         old_users = [row for row in users if row[0] not in touched["crm.users"]]
@@ -570,18 +713,20 @@ def burst(conn: Conn, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]
             email = f"{new_last.lower()}{userid}@{rng.choice(EMAIL_DOMAINS)}"
             user_updates.append((new_last, city, state, email, userid))
         run("crm.users", "update",
-            "UPDATE crm.users SET lastname = %s, city = %s, state = %s, email = %s WHERE userid = %s", user_updates)
+            f"UPDATE {t('crm.users')} SET lastname = %s, city = %s, state = %s, email = %s WHERE userid = %s",
+            user_updates)
         no_phone = _pick(rng, [row[0] for row in users], k(0.03), touched["crm.users"])
-        run("crm.users", "update", "UPDATE crm.users SET phone = NULL WHERE userid = %s", [(u,) for u in no_phone])
+        run("crm.users", "update", f"UPDATE {t('crm.users')} SET phone = NULL WHERE userid = %s",
+            [(u,) for u in no_phone])
 
         venue_updates = [
             (_venue_name(rng), rng.randrange(500, 75_000, 100), v)
             for v in _pick(rng, [row[0] for row in venues], k(0.03), touched["ems.venue"])
         ]
         run("ems.venue", "update",
-            "UPDATE ems.venue SET venuename = %s, venueseats = %s WHERE venueid = %s", venue_updates)
+            f"UPDATE {t('ems.venue')} SET venuename = %s, venueseats = %s WHERE venueid = %s", venue_updates)
         catid, _, catname, catdesc = rng.choice(categories)
-        run("ems.category", "update", "UPDATE ems.category SET catdesc = %s WHERE catid = %s",
+        run("ems.category", "update", f"UPDATE {t('ems.category')} SET catdesc = %s WHERE catid = %s",
             [(f"{catdesc or catname} (revised)"[:50], catid)])
 
         # Rescheduled events: start time moves by a few hours on the same day, keeping non-zero microseconds.
@@ -589,11 +734,11 @@ def burst(conn: Conn, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]
             (starttime + dt.timedelta(hours=rng.choice([-2, -1, 1, 2]), microseconds=rng.randint(1, 999)), eventid)
             for eventid, _, starttime in _pick(rng, [e for e in events if e[2] is not None], k(0.05), set())
         ]
-        run("ems.event", "update", "UPDATE ems.event SET starttime = %s WHERE eventid = %s", event_updates)
+        run("ems.event", "update", f"UPDATE {t('ems.event')} SET starttime = %s WHERE eventid = %s", event_updates)
 
         old_listings = [row for row in listings if row[0] not in touched["ecomm.listing"]]
         repriced = rng.sample(old_listings, min(k(0.08) + 1, len(old_listings)))
-        price_sql = "UPDATE ecomm.listing SET priceperticket = %s, totalprice = %s WHERE listid = %s"
+        price_sql = f"UPDATE {t('ecomm.listing')} SET priceperticket = %s, totalprice = %s WHERE listid = %s"
         listing_updates: list[Row] = []
         for row in repriced[1:]:
             price = _money(row[5] * Decimal(rng.randint(80, 120)) / 100)
@@ -612,24 +757,38 @@ def burst(conn: Conn, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]
             for salesid, paid in _pick(rng, [s for s in sales if s[1] is not None], k(0.05), set())
         ]
         run("ecomm.sales", "update",
-            "UPDATE ecomm.sales SET pricepaid = %s, commission = %s WHERE salesid = %s", sale_updates)
+            f"UPDATE {t('ecomm.sales')} SET pricepaid = %s, commission = %s WHERE salesid = %s", sale_updates)
 
-        # Deletes, children first: sales, then listings left without sales, then users with no listings or sales.
+        # Deletes, children first: sales, then listings left without sales, then users with no listings or sales
+        # (looked up per table: the systems may live in different databases).
         gone_sales = _pick(rng, [row[0] for row in sales], k(0.10), touched["ecomm.sales"])
-        run("ecomm.sales", "delete", "DELETE FROM ecomm.sales WHERE salesid = %s", [(s,) for s in gone_sales])
-        unsold = [row[0] for row in _fetch(conn, """
-            SELECT l.listid FROM ecomm.listing l
-            WHERE NOT EXISTS (SELECT 1 FROM ecomm.sales s WHERE s.listid = l.listid) ORDER BY l.listid""")]
+        run("ecomm.sales", "delete", f"DELETE FROM {t('ecomm.sales')} WHERE salesid = %s",
+            [(s,) for s in gone_sales])
+        unsold = [row[0] for row in fetch("ecomm.listing", f"""
+            SELECT l.listid FROM {t('ecomm.listing')} l
+            WHERE NOT EXISTS (SELECT 1 FROM {t('ecomm.sales')} s WHERE s.listid = l.listid) ORDER BY l.listid""")]
         gone_listings = _pick(rng, [x for x in unsold if x <= max_ids["ecomm.listing"]], k(0.05),
                               touched["ecomm.listing"])
-        run("ecomm.listing", "delete", "DELETE FROM ecomm.listing WHERE listid = %s", [(x,) for x in gone_listings])
-        idle = [row[0] for row in _fetch(conn, """
-            SELECT u.userid FROM crm.users u
-            WHERE NOT EXISTS (SELECT 1 FROM ecomm.listing l WHERE l.sellerid = u.userid)
-              AND NOT EXISTS (SELECT 1 FROM ecomm.sales s WHERE s.sellerid = u.userid OR s.buyerid = u.userid)
-            ORDER BY u.userid""")]
+        run("ecomm.listing", "delete", f"DELETE FROM {t('ecomm.listing')} WHERE listid = %s",
+            [(x,) for x in gone_listings])
+        busy = {row[0] for row in fetch("ecomm.listing", f"SELECT sellerid FROM {t('ecomm.listing')}")}
+        busy |= {u for row in fetch("ecomm.sales", f"SELECT sellerid, buyerid FROM {t('ecomm.sales')}") for u in row}
+        idle = [row[0] for row in fetch("crm.users", f"SELECT userid FROM {t('crm.users')} ORDER BY userid")
+                if row[0] not in busy]
         gone_users = _pick(rng, [u for u in idle if u <= max_ids["crm.users"]], k(0.04), touched["crm.users"])
-        run("crm.users", "delete", "DELETE FROM crm.users WHERE userid = %s", [(u,) for u in gone_users])
+        run("crm.users", "delete", f"DELETE FROM {t('crm.users')} WHERE userid = %s", [(u,) for u in gone_users])
+
+        # Primary-key changes of rows nothing refers to: listings without sales and idle users get new ids above
+        # every insert's (Debezium sends a delete of the old key, its tombstone, and a create of the new one).
+        next_ids = {table: max(max_ids[table], *touched[table]) if touched[table] else max_ids[table]
+                    for table in ("ecomm.listing", "crm.users")}
+        for table, key, candidates, gone in (("ecomm.listing", "listid", unsold, gone_listings),
+                                             ("crm.users", "userid", idle, gone_users)):
+            for old in _pick(rng, [x for x in candidates if x <= max_ids[table] and x not in gone], k(0.02),
+                             touched[table]):
+                next_ids[table] += 1
+                run(table, "rekey", f"UPDATE {t(table)} SET {key} = %s WHERE {key} = %s", [(next_ids[table], old)])
+                touched[table].add(next_ids[table])
 
     log.info("burst (seed %d, n %d) in %.2fs: %s", seed, n, time.monotonic() - started,
              {t: c for t, c in result.items() if any(c.values())})

@@ -1,7 +1,8 @@
 """scripts/tickit.py against the local PostgreSQL: each test gets its own scratch database, dropped afterwards.
 
-Only PostgreSQL is needed (not Kafka or Connect), so these tests do not use the `stack` fixture; they are marked
-`stack` because they need the server scripts/stack.sh runs.
+Only the databases are needed (not Kafka or Connect), so these tests do not use the `stack` fixture; they are
+marked `stack` because they need the servers scripts/stack.sh runs (PostgreSQL, and MariaDB for the reference
+placement).
 """
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import pymysql
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
 
 from scripts import tickit
-from tests.support.cdc import PG_DSN
+from tests.support.cdc import MARIADB_ROOT, PG_DSN
 
 pytestmark = pytest.mark.stack
 
@@ -137,10 +139,38 @@ def test_burst_changes_counts_by_inserted_minus_deleted(tickit_db: Conn) -> None
     assert after == {t: before[t] + changes[t]["insert"] - changes[t]["delete"] for t in tickit.TABLES}
     changed = [t for t, c in changes.items() if any(c.values())]
     assert len(changed) >= 4, changes
-    for op in ("insert", "update", "delete"):
+    for op in ("insert", "update", "delete", "rekey"):
         assert sum(c[op] for c in changes.values()) > 0, op
     # Listing updates include one row repriced three times in the same transaction.
     assert changes["ecomm.listing"]["update"] >= 3
     assert _scalar(tickit_db, "SELECT count(*) FROM crm.users WHERE phone IS NULL") != 0
     assert {t: _duplicate_keys(tickit_db, t) for t in tickit.TABLES} == dict.fromkeys(tickit.TABLES, 0)
     assert _dangling_references(tickit_db) == {}
+
+
+def test_reference_placement_splits_systems_over_postgresql_and_mariadb(tickit_db: Conn) -> None:
+    """crm and ems in PostgreSQL, ecomm in MariaDB (renamed, so runs never share a database): load, burst, and
+    the same invariants as in one database, checked across the two."""
+    ecomm = f"ecomm_{uuid.uuid4().hex[:8]}"
+    maria = pymysql.connect(**MARIADB_ROOT, autocommit=True)
+    placement = tickit.Placement.reference(tickit_db, maria, {"ecomm": ecomm})
+    try:
+        tickit.drop(tickit_db)  # the fixture created all three systems in PostgreSQL
+        tickit.create_schema(placement)
+        loaded = tickit.load(placement, scale=SCALE)
+        changes = tickit.burst(placement, n=60)
+
+        after = tickit.counts(placement)
+        assert after == {t: loaded[t] + changes[t]["insert"] - changes[t]["delete"] for t in tickit.TABLES}
+        assert changes["ecomm.sales"]["insert"] > 0 and changes["ecomm.listing"]["rekey"] > 0
+        with maria.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM `{ecomm}`.`sales`")
+            assert cur.fetchone()[0] == after["ecomm.sales"]
+        # ecomm is no longer in PostgreSQL: only crm and ems were created there.
+        assert _scalar(tickit_db, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'ecomm'") == 0
+        sellers = {r[0] for r in placement.db("ecomm.listing").rows(f"SELECT sellerid FROM `{ecomm}`.listing")}
+        users = {r[0] for r in tickit_db.execute("SELECT userid FROM crm.users").fetchall()}
+        assert sellers <= users  # a user deleted or rekeyed by the burst had no listings
+    finally:
+        tickit.drop(placement)
+        maria.close()

@@ -14,7 +14,13 @@ import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from app.config import JobConfig
-from app.connect import ConnectClient, PostgresSource, postgres_connector_config
+from app.connect import (
+    ConnectClient,
+    MariaDbSource,
+    PostgresSource,
+    mariadb_connector_config,
+    postgres_connector_config,
+)
 from app.unwrap import CDC_COLUMNS
 
 REGISTRY_URL = "http://127.0.0.1:8080"
@@ -22,6 +28,9 @@ CONNECT_URL = "http://127.0.0.1:8083"
 KAFKA_BOOTSTRAP = "127.0.0.1:9092"
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres password=postgres dbname=source"
 SOURCE = PostgresSource("127.0.0.1", 5432, "postgres", "postgres", "source")
+# The stack's MariaDB (scripts/stack.sh): the connector's login, and root for tests that create tables.
+MARIADB_SOURCE = MariaDbSource("127.0.0.1", 3306, "debezium", "debezium")
+MARIADB_ROOT = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "mariadb"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,35 @@ def debezium_connector(
         _drop_slot(config["slot.name"], source.dbname)
         with psycopg.connect(PG_DSN.replace("dbname=source", f"dbname={source.dbname}"), autocommit=True) as conn:
             conn.execute(f"drop publication if exists {config['publication.name']}")
+
+
+_server_ids = iter(range(184_000 + (time.time_ns() // 1000) % 10_000 * 10, 10**9))
+
+
+@contextmanager
+def mariadb_connector(
+    name: str,
+    topic_prefix: str,
+    databases: list[str],
+    settings: dict[str, str] | None = None,
+    *,
+    framing: str = "id4",
+    id_type: str = "contentId",
+) -> Iterator[ConnectClient]:
+    """Register a Debezium MariaDB connector for `databases` (a fresh snapshot, its own binlog client id), wait
+    until it runs; delete it and its Connect offsets afterwards. `settings` add or override connector settings
+    (e.g. the unwrap SMT's `transforms.*`)."""
+    client = ConnectClient(CONNECT_URL)
+    base = mariadb_connector_config(
+        name, MARIADB_SOURCE, topic_prefix, databases, registry_url=REGISTRY_URL,
+        kafka_bootstrap=KAFKA_BOOTSTRAP, server_id=next(_server_ids), framing=framing, id_type=id_type,
+    )
+    client.create_fresh(name, {**base, **(settings or {})})
+    client.wait_running(name)
+    try:
+        yield client
+    finally:
+        client.delete_connector(name, reset_offsets=True)
 
 
 def _drop_slot(slot: str, dbname: str, timeout_s: float = 30.0) -> None:
