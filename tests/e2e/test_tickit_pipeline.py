@@ -1,13 +1,22 @@
-"""TICKIT end to end: all 7 tables through Debezium and the job, Silver typed-equal to PostgreSQL.
+"""TICKIT end to end as the reference setup runs it: crm and ems on PostgreSQL, ecomm on MariaDB, one Debezium
+connector each, both flattening their events with the unwrap SMT (delete.tombstone.handling.mode=rewrite), one
+job reading both into one lake. Every Silver table equals its source table, typed and value by value, after the
+snapshot and after a burst of inserts, updates, deletes and primary-key changes in both databases.
 
-Runs in a database of its own (TICKIT's schema names are fixed), so it never meets the demo's tables.
+Runs in databases of its own (a PostgreSQL database, and a MariaDB database for ecomm mapped back to the
+`ecomm_*` Silver names), so it never meets the demo's tables.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
 
 import psycopg
+import pymysql
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
@@ -24,32 +33,46 @@ from pyspark.sql.types import (
 )
 
 from app.batch import BatchProcessor
-from app.config import JobConfig
+from app.config import JobConfig, SourceConfig, TableConfig
 from app.connect import PostgresSource
 from app.main import await_query, start_query
 from app.registry import RegistryClient
 from scripts import tickit
 from tests.conftest import RUN_ID
 from tests.support.cdc import (
+    MARIADB_ROOT,
     PG_DSN,
     SILVER_EXTRA_COLUMNS,
     SOURCE,
     as_silver_value,
     debezium_connector,
     job_config_for,
+    mariadb_connector,
     read_topic,
 )
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 DBNAME = f"tickit_{RUN_ID}"
-PREFIX = f"tk{RUN_ID}"
+ECOMM = f"ecomm_{RUN_ID}"  # ecomm's MariaDB database
+PG_PREFIX, MARIADB_PREFIX = f"tkp{RUN_ID}", f"tkm{RUN_ID}"
 DATABASE = f"tickit_{RUN_ID}"
+PG_SYSTEMS = ["crm", "ems"]
+# The unwrap SMT as the reference connectors set it; add.fields carries each connector's source position.
+SMT = {
+    "transforms": "unwrap",
+    "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+    "transforms.unwrap.delete.tombstone.handling.mode": "rewrite",
+}
+PG_FIELDS = "op,lsn,source.ts_ms"
+MARIADB_FIELDS = "op,file,pos,row,source.ts_ms"
 
 S, N, D, B, T = StringType(), IntegerType(), DateType(), BooleanType(), TimestampType()
 MONEY = DecimalType(8, 2)
-# smallint and integer arrive as Avro int (Spark int); char/varchar as string; numeric(8,2) as decimal(8,2);
+# PostgreSQL: smallint and integer arrive as Avro int; char/varchar as string; numeric(8,2) as decimal(8,2);
 # date as io.debezium.time.Date; timestamp as io.debezium.time.MicroTimestamp.
+# MariaDB (ecomm): smallint as Avro int (INT16), boolean is tinyint(1) and arrives as a number (Silver int,
+# 0/1, as MariaDB returns it); datetime(6) as MicroTimestamp.
 EXPECTED_TYPES: dict[str, dict[str, DataType]] = {
     "crm.users": {
         "userid": N, "username": S, "firstname": S, "lastname": S, "city": S, "state": S, "email": S, "phone": S,
@@ -58,7 +81,7 @@ EXPECTED_TYPES: dict[str, dict[str, DataType]] = {
     },
     "ems.venue": {"venueid": N, "venuename": S, "venuecity": S, "venuestate": S, "venueseats": N},
     "ems.category": {"catid": N, "catgroup": S, "catname": S, "catdesc": S},
-    "ecomm.date": {"dateid": N, "caldate": D, "day": S, "week": N, "month": S, "qtr": S, "year": N, "holiday": B},
+    "ecomm.date": {"dateid": N, "caldate": D, "day": S, "week": N, "month": S, "qtr": S, "year": N, "holiday": N},
     "ems.event": {"eventid": N, "venueid": N, "catid": N, "dateid": N, "eventname": S, "starttime": T},
     "ecomm.listing": {
         "listid": N, "sellerid": N, "eventid": N, "dateid": N, "numtickets": N, "priceperticket": MONEY,
@@ -71,18 +94,43 @@ EXPECTED_TYPES: dict[str, dict[str, DataType]] = {
 }
 
 
+def topic(table: str) -> str:
+    system, name = table.split(".")
+    return f"{PG_PREFIX}.{table}" if system in PG_SYSTEMS else f"{MARIADB_PREFIX}.{ECOMM}.{name}"
+
+
 @pytest.fixture(scope="module")
-def tickit_db(stack: None) -> Iterator[psycopg.Connection]:
+def placement(stack: None) -> Iterator[tickit.Placement]:
     admin_dsn = PG_DSN.replace("dbname=source", "dbname=postgres")
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(f"create database {DBNAME}")
+    maria = pymysql.connect(**MARIADB_ROOT, autocommit=True)
     try:
         with psycopg.connect(PG_DSN.replace("dbname=source", f"dbname={DBNAME}"), autocommit=True) as conn:
-            tickit.create_schema(conn)
-            yield conn
+            placed = tickit.Placement.reference(conn, maria, {"ecomm": ECOMM})
+            tickit.create_schema(placed)
+            yield placed
     finally:
+        with maria.cursor() as cur:
+            cur.execute(f"drop database if exists `{ECOMM}`")
+        maria.close()
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(f"drop database if exists {DBNAME} with (force)")
+
+
+def reference_job(base: JobConfig, lake: str) -> JobConfig:
+    """Two sources into one catalog database; MariaDB's `<ecomm db>.<table>` topics keep ecomm's Silver names."""
+    config = job_config_for(base, PG_PREFIX, DATABASE, lake)
+    assert config.source is not None
+    postgres = dataclasses.replace(config.source, name="crm-ems", connector="postgresql", events="flattened")
+    mariadb = SourceConfig(
+        topic_prefix=MARIADB_PREFIX, name="ecomm", connector="mariadb", events="flattened",
+        tables={f"{ECOMM}.{t.split('.')[1]}": TableConfig(name=t.replace(".", "_"))
+                for t in tickit.TABLES if t.startswith("ecomm.")},
+    )
+    pattern = "(" + "|".join(map(re.escape, (PG_PREFIX, MARIADB_PREFIX))) + r")\.[^.]+\.[^.]+"
+    return dataclasses.replace(config, source=None, tables={}, sources=[postgres, mariadb],
+                               kafka=dataclasses.replace(config.kafka, topic_pattern=pattern))
 
 
 def _run(spark: SparkSession, config: JobConfig) -> BatchProcessor:
@@ -91,52 +139,65 @@ def _run(spark: SparkSession, config: JobConfig) -> BatchProcessor:
     return processor
 
 
-def _wait_for(expected: dict[str, int], timeout_s: float = 120) -> None:
+def _wait_for(expected: dict[str, int], timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        counts = {t: len(read_topic(f"{PREFIX}.{t}")) for t in tickit.TABLES}
+        counts = {t: len(read_topic(topic(t))) for t in tickit.TABLES}
         if counts == expected:
             return
         assert time.monotonic() < deadline, f"Kafka has {counts}, expected {expected}"
         time.sleep(1)
 
 
-def _assert_typed_equal(spark: SparkSession, conn: psycopg.Connection, config: JobConfig, table: str) -> None:
+def _silver_value(value: Any) -> Any:
+    # MariaDB returns decimal(8,2) as Decimal and tinyint(1) as int already; naive datetimes as PostgreSQL's.
+    return as_silver_value(value) if not isinstance(value, Decimal) else value
+
+
+def _assert_typed_equal(spark: SparkSession, placement: tickit.Placement, config: JobConfig, table: str) -> None:
     path = config.lake.table_path(table.replace(".", "_"))
     actual = spark.read.format("hudi").load(path).drop(*SILVER_EXTRA_COLUMNS)
     types = EXPECTED_TYPES[table]
     assert {f.name: f.dataType for f in actual.schema.fields} == types, table
-    rows = conn.execute(f"select {', '.join(types)} from {table}").fetchall()
+    db = placement.db(table)
+    rows = db.rows(f"select {', '.join(map(db.quote, types))} from {db.table(table)}")
     expected = spark.createDataFrame(
-        [tuple(as_silver_value(v) for v in row) for row in rows],
+        [tuple(_silver_value(v) for v in row) for row in rows],
         StructType([StructField(name, t, True) for name, t in types.items()]),
     )
     keys = tickit.PRIMARY_KEYS[table]
     assert_df_equality(actual.select(*types).orderBy(*keys), expected.orderBy(*keys), ignore_nullable=True)
 
 
-def test_tickit_snapshot_and_burst_typed_equal(
-    spark: SparkSession, local_config: JobConfig, tickit_db: psycopg.Connection, lake_root: str
+def test_tickit_on_postgresql_and_mariadb_through_the_unwrap_smt(
+    spark: SparkSession, local_config: JobConfig, placement: tickit.Placement, lake_root: str
 ) -> None:
-    loaded = tickit.load(tickit_db, scale=0.1)
+    loaded = tickit.load(placement, scale=0.1)
     source = PostgresSource(SOURCE.host, SOURCE.port, SOURCE.user, SOURCE.password, DBNAME)
-    config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/tickit")
-    with debezium_connector(f"tk-{RUN_ID}", PREFIX, tickit.SCHEMAS, source):
+    config = reference_job(local_config, f"{lake_root}/tickit")
+    with (
+        debezium_connector(f"tkp-{RUN_ID}", PG_PREFIX, PG_SYSTEMS, source,
+                           {**SMT, "transforms.unwrap.add.fields": PG_FIELDS}),
+        mariadb_connector(f"tkm-{RUN_ID}", MARIADB_PREFIX, [ECOMM],
+                          {**SMT, "transforms.unwrap.add.fields": MARIADB_FIELDS}),
+    ):
         _wait_for(loaded)
         first = _run(spark, config)
         for table in tickit.TABLES:
-            _assert_typed_equal(spark, tickit_db, config, table)
+            _assert_typed_equal(spark, placement, config, table)
         assert sum(s.upserts for batch in first.history for s in batch.values()) == sum(loaded.values())
 
-        changes = tickit.burst(tickit_db, n=40)
+        changes = tickit.burst(placement, n=40)
+        assert changes["ecomm.listing"]["rekey"] and changes["crm.users"]["rekey"], changes
+        # In Kafka, with rewrite: an insert or update is one record, a delete one (no tombstone), a primary-key
+        # change a delete and a create.
         expected = {
-            t: loaded[t] + c.get("insert", 0) + c.get("update", 0) + 2 * c.get("delete", 0)
-            for t, c in ((t, changes.get(t, {})) for t in tickit.TABLES)
+            t: loaded[t] + c["insert"] + c["update"] + c["delete"] + 2 * c["rekey"] for t, c in changes.items()
         }
         _wait_for(expected)
         second = _run(spark, config)
         for table in tickit.TABLES:
-            _assert_typed_equal(spark, tickit_db, config, table)
+            _assert_typed_equal(spark, placement, config, table)
         # burst never deletes a row it inserted in the same run, so every delete reaches Silver as one.
         deleted = sum(s.deletes for batch in second.history for s in batch.values())
-        assert deleted == sum(c.get("delete", 0) for c in changes.values())
+        assert deleted == sum(c["delete"] + c["rekey"] for c in changes.values())
