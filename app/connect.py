@@ -132,6 +132,27 @@ def mariadb_connector_config(
     }
 
 
+# What the unwrap SMT must add for the job to order a connector's flattened events (README "Unwrap-SMT events").
+UNWRAP_POSITION_FIELDS: dict[str, str] = {
+    "postgresql": "lsn",
+    "mariadb": "file,pos,row",
+    "mysql": "file,pos,row",
+    "sqlserver": "commit_lsn,change_lsn,event_serial_no",
+}
+
+
+def unwrap_smt_config(connector: str, handling: str = "rewrite") -> dict[str, str]:
+    """Debezium's unwrap SMT (ExtractNewRecordState) as the reference connectors set it: deletes rewritten to
+    rows with `__deleted` (`handling`: rewrite or rewrite-with-tombstone), and `add.fields` carrying the op, the
+    connector's source position and the source time."""
+    return {
+        "transforms": "unwrap",
+        "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
+        "transforms.unwrap.delete.tombstone.handling.mode": handling,
+        "transforms.unwrap.add.fields": f"op,{UNWRAP_POSITION_FIELDS[connector]},source.ts_ms",
+    }
+
+
 class ConnectClient:
     """Minimal Kafka Connect REST client."""
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""The demo: TICKIT in PostgreSQL -> Debezium -> Kafka -> the streaming job -> Hudi, checked against the source.
+"""The demo, as the reference setup runs: TICKIT's crm and ems in PostgreSQL, ecomm in MariaDB -> one Debezium
+connector each, flattening events with the unwrap SMT -> Kafka -> the streaming job -> Hudi, checked against
+both sources.
 
 Steps (the local stack must be up: scripts/demo.sh starts it):
-  1. reset the demo's own state (connector, slot, topics, source schemas, lake, checkpoint);
-  2. create the TICKIT schema in PostgreSQL and load generated rows (--scale);
-  3. register the Debezium connector and wait for its snapshot in Kafka;
+  1. reset the demo's own state (connectors, slot, topics, source schemas and database, lake, checkpoint);
+  2. create the TICKIT tables (crm, ems in PostgreSQL; ecomm in MariaDB) and load generated rows (--scale);
+  3. register both Debezium connectors (conf/local.yaml's two sources) and wait for their snapshots in Kafka;
   4. run the job once (spark-submit app/main.py --conf conf/local.yaml --available-now);
-  5. a burst of inserts, updates and deletes; run the job again;
-  6. print per table the PostgreSQL count vs the Hudi count, and a time-travel query showing one row before
-     and after its update. Exits 1 on any mismatch.
+  5. a burst of inserts, updates, deletes and primary-key changes in both databases; run the job again;
+  6. print per table the source count vs the Hudi count, and a time-travel query showing one MariaDB row
+     before and after its update. Exits 1 on any mismatch.
 """
 from __future__ import annotations
 
@@ -22,29 +24,55 @@ import time
 from pathlib import Path
 
 import psycopg
+import pymysql
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.config import JobConfig, load_config  # noqa: E402
-from app.connect import ConnectClient, PostgresSource, postgres_connector_config  # noqa: E402
+from app.config import JobConfig, SourceConfig, load_config  # noqa: E402
+from app.connect import (  # noqa: E402
+    ConnectClient,
+    MariaDbSource,
+    PostgresSource,
+    mariadb_connector_config,
+    postgres_connector_config,
+    unwrap_smt_config,
+)
 from app.hudi import completed_instants  # noqa: E402
 from app.lakefs import delete_path  # noqa: E402
 from app.spark import build_session  # noqa: E402
 from scripts import tickit  # noqa: E402
 
 log = logging.getLogger("demo")
-CONNECTOR = "tickit"
+PG_CONNECTOR, MARIADB_CONNECTOR = "tickit", "tickit-ecomm"
+PG_SYSTEMS = ["crm", "ems"]
+MARIADB_SERVER_ID = 184054  # the connector's binlog client id: unique among the server's replicas
 DSN = "host=127.0.0.1 port=5432 user=postgres password={password} dbname=source"
+MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "mariadb"}  # stack.sh's local login
 
 
-def reset(config: JobConfig, connect: ConnectClient, conn: psycopg.Connection) -> None:
+def sources(config: JobConfig) -> tuple[SourceConfig, SourceConfig]:
+    """conf/local.yaml's two sources: PostgreSQL (crm, ems) and MariaDB (ecomm)."""
+    by_connector = {s.connector: s for s in config.source_list}
+    if set(by_connector) != {"postgresql", "mariadb"}:
+        raise SystemExit(f"the demo needs one postgresql and one mariadb source in the config; got {by_connector}")
+    return by_connector["postgresql"], by_connector["mariadb"]
+
+
+def topic(config: JobConfig, table: str) -> str:
+    postgres, mariadb = sources(config)
+    return f"{(postgres if table.split('.', maxsplit=1)[0] in PG_SYSTEMS else mariadb).topic_prefix}.{table}"
+
+
+def reset(config: JobConfig, connect: ConnectClient, placement: tickit.Placement) -> None:
     """Remove what an earlier demo run left, so the counts below describe this run only."""
-    connect.delete_connector(CONNECTOR, reset_offsets=True)
+    connect.delete_connector(PG_CONNECTOR, reset_offsets=True)
+    connect.delete_connector(MARIADB_CONNECTOR, reset_offsets=True)
+    conn = placement.db("crm").conn
     deadline = time.monotonic() + 30
-    slot = f"{CONNECTOR}_slot"
+    slot = f"{PG_CONNECTOR}_slot"
     while (row := conn.execute("select active from pg_replication_slots where slot_name=%s", (slot,)).fetchone()):
         if not row[0]:
             conn.execute("select pg_drop_replication_slot(%s)", (slot,))
@@ -53,12 +81,14 @@ def reset(config: JobConfig, connect: ConnectClient, conn: psycopg.Connection) -
             raise RuntimeError(f"replication slot {slot} still active after the connector was deleted")
         time.sleep(0.5)
     admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
-    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(config.source_list[0].topic_prefix + ".")]
+    prefixes = tuple(s.topic_prefix + "." for s in sources(config))
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefixes)]
     if topics:
         for future in admin.delete_topics(topics, operation_timeout=30).values():
             future.result()
         _wait_topics_gone(admin, topics)
-    tickit.drop(conn)
+    tickit.drop(conn)  # all three systems in PostgreSQL, as an earlier PostgreSQL-only demo made them
+    tickit.drop(placement)
     # Through Hadoop's FileSystem: the lake may be on s3a:// (the default) or local disk. The session stays
     # up for report(), which gets the same one.
     spark = build_session("cdc-demo-report", config.spark, config.metastore)
@@ -80,14 +110,14 @@ def topic_counts(config: JobConfig) -> dict[str, int]:
     try:
         counts = {}
         for table in tickit.TABLES:
-            topic = f"{config.source_list[0].topic_prefix}.{table}"
-            meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            name = topic(config, table)
+            meta = consumer.list_topics(name, timeout=10).topics.get(name)
             if meta is None or meta.error is not None:
                 counts[table] = 0
                 continue
             total = 0
             for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
                 total += high - low
             counts[table] = total
         return counts
@@ -115,19 +145,20 @@ def run_job(conf: Path) -> float:
     return time.monotonic() - started
 
 
-def report(config: JobConfig, conn: psycopg.Connection) -> bool:
-    """Print PostgreSQL vs Hudi counts per table and one row before/after its update; True when all match."""
+def report(config: JobConfig, placement: tickit.Placement) -> bool:
+    """Print source vs Hudi counts per table and one row before/after its update; True when all match."""
     spark = build_session("cdc-demo-report", config.spark, config.metastore)
     spark.sparkContext.setLogLevel("ERROR")
     ok = True
-    print(f"\n{'table':<28}{'postgres':>10}{'hudi':>10}  result")
-    for table, pg_count in tickit.counts(conn).items():
+    print(f"\n{'table':<28}{'source':<12}{'rows':>8}{'hudi':>8}  result")
+    for table, source_count in tickit.counts(placement).items():
         silver = f"{config.lake.database}.{table.replace('.', '_')}"
         row = spark.sql(f"select count(*) from {silver}").first()
         hudi_count = row[0] if row else -1
-        match = hudi_count == pg_count
+        match = hudi_count == source_count
         ok &= match
-        print(f"{silver:<28}{pg_count:>10}{hudi_count:>10}  {'ok' if match else 'MISMATCH'}")
+        kind = placement.db(table).kind
+        print(f"{silver:<28}{kind:<12}{source_count:>8}{hudi_count:>8}  {'ok' if match else 'MISMATCH'}")
 
     path = config.lake.table_path("ecomm_listing")
     instants = completed_instants(spark, path)
@@ -148,11 +179,11 @@ def report(config: JobConfig, conn: psycopg.Connection) -> bool:
     r = changed[0]
     print(f"  as of {first}: listid={r.listid} priceperticket={r.price_before} (commit {r.commit_before})")
     print(f"  latest:        listid={r.listid} priceperticket={r.price_now} (commit {r.commit_now})")
-    (pg_price,) = conn.execute("select priceperticket from ecomm.listing where listid=%s", (r.listid,)).fetchone() or (
-        None,
-    )
-    print(f"  PostgreSQL now: priceperticket={pg_price}")
-    ok &= pg_price == r.price_now
+    db = placement.db("ecomm.listing")
+    found = db.rows(f"select priceperticket from {db.table('ecomm.listing')} where listid = %s", (r.listid,))
+    source_price = found[0][0] if found else None
+    print(f"  {db.kind} now: priceperticket={source_price}")
+    ok &= source_price == r.price_now
     spark.stop()
     return ok
 
@@ -170,33 +201,47 @@ def main() -> int:
     config = load_config(conf)
     connect = ConnectClient("http://127.0.0.1:8083")
     password = os.environ.get("PGPASSWORD", "postgres")
-    with psycopg.connect(DSN.format(password=password), autocommit=True) as conn:
-        reset(config, connect, conn)
-        tickit.create_schema(conn)
-        loaded = tickit.load(conn, scale=args.scale)
+    postgres, mariadb = sources(config)
+    with (
+        psycopg.connect(DSN.format(password=password), autocommit=True) as conn,
+        pymysql.connect(**MARIADB, autocommit=True) as maria,
+    ):
+        placement = tickit.Placement.reference(conn, maria)
+        reset(config, connect, placement)
+        tickit.create_schema(placement)
+        loaded = tickit.load(placement, scale=args.scale)
         log.info("loaded TICKIT: %s", json.dumps(loaded))
         source = PostgresSource("127.0.0.1", 5432, "postgres", password, "source")
-        connect.create_fresh(CONNECTOR, postgres_connector_config(
-            CONNECTOR, source, config.source_list[0].topic_prefix, ["ecomm", "ems", "crm"], config.registry.url))
-        connect.wait_running(CONNECTOR)
+        connect.create_fresh(PG_CONNECTOR, {
+            **postgres_connector_config(PG_CONNECTOR, source, postgres.topic_prefix, PG_SYSTEMS, config.registry.url),
+            **unwrap_smt_config("postgresql"),
+        })
+        connect.create_fresh(MARIADB_CONNECTOR, {
+            **mariadb_connector_config(
+                MARIADB_CONNECTOR, MariaDbSource("127.0.0.1", 3306, "debezium", "debezium"), mariadb.topic_prefix,
+                ["ecomm"], registry_url=config.registry.url, kafka_bootstrap=config.kafka.bootstrap_servers,
+                server_id=MARIADB_SERVER_ID,
+            ),
+            **unwrap_smt_config("mariadb"),
+        })
+        connect.wait_running(PG_CONNECTOR)
+        connect.wait_running(MARIADB_CONNECTOR)
         wait_for_topics(config, loaded)
-        log.info("snapshot in Kafka: %s records", sum(loaded.values()))
+        log.info("snapshots in Kafka: %s records", sum(loaded.values()))
         first_run = run_job(conf)
 
         before = topic_counts(config)
-        changes = tickit.burst(conn, n=args.burst)
+        changes = tickit.burst(placement, n=args.burst)
         log.info("burst: %s", json.dumps(changes))
-        # Each insert/update is one record; each delete is a delete event plus its tombstone.
-        expected = {
-            t: before[t] + c.get("insert", 0) + c.get("update", 0) + 2 * c.get("delete", 0)
-            for t, c in {t: changes.get(t, {}) for t in tickit.TABLES}.items()
-        }
+        # The unwrap SMT in rewrite mode: an insert, update or delete is one record, a primary-key change two
+        # (a delete of the old key and a create of the new one).
+        expected = {t: before[t] + c["insert"] + c["update"] + c["delete"] + 2 * c["rekey"] for t, c in changes.items()}
         wait_for_topics(config, expected)
         second_run = run_job(conf)
-        ok = report(config, conn)
+        ok = report(config, placement)
     total = time.monotonic() - started
     print(f"\njob runs: {first_run:.0f}s (snapshot), {second_run:.0f}s (burst); demo total {total:.0f}s")
-    print("RESULT: " + ("all tables match PostgreSQL" if ok else "MISMATCH"))
+    print("RESULT: " + ("all tables match their source (PostgreSQL, MariaDB)" if ok else "MISMATCH"))
     return 0 if ok else 1
 
 

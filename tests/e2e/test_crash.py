@@ -146,7 +146,8 @@ def job_conf(lake: str, path: Path, max_offsets: int | None) -> Path:
     """conf/local.yaml pointed at this test's topics and lake; small batches while killing, none at the end."""
     raw = yaml.safe_load(LOCAL_CONF.read_text())
     raw["kafka"].update({"topic_pattern": PREFIX + r"\.[^.]+\.[^.]+", "max_offsets_per_trigger": max_offsets})
-    raw["source"]["topic_prefix"] = PREFIX
+    raw.pop("sources", None)  # the demo's two sources: this test reads one connector's envelopes
+    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId"}
     raw["lake"].update({
         "database": DATABASE, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
         "checkpoint_path": f"{lake}/checkpoint",

@@ -34,7 +34,7 @@ from pyspark.sql.types import (
 
 from app.batch import BatchProcessor
 from app.config import JobConfig, SourceConfig, TableConfig
-from app.connect import PostgresSource
+from app.connect import PostgresSource, unwrap_smt_config
 from app.main import await_query, start_query
 from app.registry import RegistryClient
 from scripts import tickit
@@ -58,14 +58,6 @@ ECOMM = f"ecomm_{RUN_ID}"  # ecomm's MariaDB database
 PG_PREFIX, MARIADB_PREFIX = f"tkp{RUN_ID}", f"tkm{RUN_ID}"
 DATABASE = f"tickit_{RUN_ID}"
 PG_SYSTEMS = ["crm", "ems"]
-# The unwrap SMT as the reference connectors set it; add.fields carries each connector's source position.
-SMT = {
-    "transforms": "unwrap",
-    "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
-    "transforms.unwrap.delete.tombstone.handling.mode": "rewrite",
-}
-PG_FIELDS = "op,lsn,source.ts_ms"
-MARIADB_FIELDS = "op,file,pos,row,source.ts_ms"
 
 S, N, D, B, T = StringType(), IntegerType(), DateType(), BooleanType(), TimestampType()
 MONEY = DecimalType(8, 2)
@@ -176,10 +168,8 @@ def test_tickit_on_postgresql_and_mariadb_through_the_unwrap_smt(
     source = PostgresSource(SOURCE.host, SOURCE.port, SOURCE.user, SOURCE.password, DBNAME)
     config = reference_job(local_config, f"{lake_root}/tickit")
     with (
-        debezium_connector(f"tkp-{RUN_ID}", PG_PREFIX, PG_SYSTEMS, source,
-                           {**SMT, "transforms.unwrap.add.fields": PG_FIELDS}),
-        mariadb_connector(f"tkm-{RUN_ID}", MARIADB_PREFIX, [ECOMM],
-                          {**SMT, "transforms.unwrap.add.fields": MARIADB_FIELDS}),
+        debezium_connector(f"tkp-{RUN_ID}", PG_PREFIX, PG_SYSTEMS, source, unwrap_smt_config("postgresql")),
+        mariadb_connector(f"tkm-{RUN_ID}", MARIADB_PREFIX, [ECOMM], unwrap_smt_config("mariadb")),
     ):
         _wait_for(loaded)
         first = _run(spark, config)

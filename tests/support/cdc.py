@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.config import JobConfig
+from app.config import JobConfig, SourceConfig
 from app.connect import (
     ConnectClient,
     MariaDbSource,
@@ -202,13 +202,15 @@ def as_silver_value(value: Any) -> Any:
 
 
 def job_config_for(base: JobConfig, prefix: str, database: str, lake: str) -> JobConfig:
-    """The local job config pointed at one connector's topics and a private lake (a folder or s3a:// prefix),
-    database and checkpoint."""
-    assert base.source is not None, "the local config has one source"
+    """The local job config pointed at one connector's topics (one source, `prefix`) and a private lake (a
+    folder or s3a:// prefix), database and checkpoint."""
     return dataclasses.replace(
         base,
         kafka=dataclasses.replace(base.kafka, topic_pattern=re.escape(prefix) + r"\.[^.]+\.[^.]+"),
-        source=dataclasses.replace(base.source, topic_prefix=prefix),
+        # What the tests' connectors write: envelopes, 0x00 + 4-byte contentId (not the demo's two sources).
+        source=SourceConfig(topic_prefix=prefix, framing="id4", id_type="contentId"),
+        sources=[],
+        tables={},
         lake=dataclasses.replace(
             base.lake,
             database=database,
