@@ -14,7 +14,9 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import boto3
 import yaml
+from botocore.exceptions import BotoCoreError, ClientError
 
 from app.errors import ConfigError
 from app.partitioning import PartitionSpec
@@ -211,20 +213,46 @@ class JobConfig:
         return sorted({self.database_of(s) for s in self.source_list})
 
 
-def load_config(path: str | Path) -> JobConfig:
-    """Read and validate a YAML config file.
+# A config on S3: EMR steps keep it beside the package (scripts/emr/). s3a:// is the same object to boto3.
+S3_SCHEMES: Final = ("s3://", "s3a://")
+
+
+def load_config(location: str | Path) -> JobConfig:
+    """Read and validate a YAML config file: a local path, or an s3:// or s3a:// URI.
 
     Raises:
         ConfigError: the file is missing or unreadable, or a key is unknown, missing or of the wrong type.
     """
-    path = Path(path)
+    location = str(location)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("<file>", f"cannot read {path}: {e}") from e
+        raw = yaml.safe_load(read_config_text(location))
     except yaml.YAMLError as e:
-        raise ConfigError("<file>", f"{path} is not valid YAML: {e}") from e
+        raise ConfigError("<file>", f"{location} is not valid YAML: {e}") from e
     return parse_config(raw)
+
+
+def read_config_text(location: str) -> str:
+    """The text of a config file, local or on S3 (read with boto3 before Spark starts).
+
+    boto3 finds credentials its usual way (environment, profile, the EMR instance role) and honours
+    AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL for an S3-compatible server. Errors name the URI, never a credential.
+
+    Raises:
+        ConfigError: the file or object cannot be read, or is not UTF-8.
+    """
+    if not location.startswith(S3_SCHEMES):
+        try:
+            return Path(location).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError("<file>", f"cannot read {location}: {e}") from e
+    bucket, _, key = location.split("://", 1)[1].partition("/")
+    if not bucket or not key:
+        raise ConfigError("<file>", f"expected s3://<bucket>/<key>, got {location!r}")
+    try:
+        body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+        return str(body.decode("utf-8"))
+    except (BotoCoreError, ClientError, UnicodeDecodeError) as e:
+        raise ConfigError("<file>", f"cannot read {location}: {e}") from e
 
 
 def parse_config(raw: Any) -> JobConfig:

@@ -1,5 +1,8 @@
 """Entry point: `spark-submit app/main.py --conf conf/prod.yaml [--available-now]`.
 
+The packaged job runs the same file: `spark-submit --py-files cdc_lakehouse.zip main.py --conf s3://.../prod.yaml`
+(scripts/package.sh), from any working directory; `--conf` takes a local path or an s3:// / s3a:// URI.
+
 Reads Debezium change events from Kafka, writes every record to Bronze and the latest row per key to the
 Hudi Silver tables, one foreachBatch call per micro-batch.
 """
@@ -10,13 +13,17 @@ import logging
 import sys
 from pathlib import Path
 
-# spark-submit app/main.py puts app/ (not the repository) on sys.path; the package imports need the parent.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# spark-submit app/main.py puts app/ (not the repository) on sys.path; the package imports need the parent. The
+# packaged copy of this file sits outside the package (app/ comes from the zip on --py-files): nothing to add, and
+# adding its parent could put a stray checkout's app/ ahead of the zip.
+if (Path(__file__).resolve().parent / "__init__.py").exists():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+import app
 from app.batch import BatchProcessor
 from app.config import JobConfig, load_config
 from app.errors import ConfigError, PipelineError
@@ -31,7 +38,9 @@ log = logging.getLogger("app.main")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conf", required=True, help="YAML job config (conf/local.yaml, conf/prod.yaml)")
+    parser.add_argument(
+        "--conf", required=True, help="YAML job config: a path (conf/local.yaml) or an s3:// or s3a:// URI"
+    )
     parser.add_argument(
         "--available-now",
         action="store_true",
@@ -105,6 +114,8 @@ def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:
 
 def run(config: JobConfig, args: argparse.Namespace) -> None:
     """Build the session, start the query and block until it ends (available-now) or fails."""
+    # Which code and config this run has (a packaged run: the zip spark-submit fetched from --py-files).
+    log.info("job code %s, config %s", Path(app.__file__).parent, args.conf)
     spark = build_session("cdc-lakehouse", config.spark, config.metastore)
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
