@@ -222,9 +222,15 @@ _BY_CONNECT_NAME: dict[str, Conversion] = {
 }
 
 
-# MySQL/MariaDB TIME spans -838:59:59.999999 to 838:59:59.999999: an elapsed time, not a time of day. Its
-# MicroTime becomes the interval text PostgreSQL's interval gets.
-_MYSQL_CONNECT_NAMES: dict[str, Conversion] = {**_BY_CONNECT_NAME, "io.debezium.time.MicroTime": _duration}
+# MySQL/MariaDB TIME spans -838:59:59.999999 to 838:59:59.999999: an elapsed time, not a time of day. Whatever
+# the time.precision.mode, it becomes the interval text PostgreSQL's interval gets (connect mode's milliseconds
+# cover only 00:00:00 to 23:59:59.999; the connector sends NULL for other values).
+_MYSQL_CONNECT_NAMES: dict[str, Conversion] = {
+    **_BY_CONNECT_NAME,
+    "io.debezium.time.MicroTime": _duration,
+    "io.debezium.time.Time": lambda c: _duration(c.cast("long") * 1000),
+    "org.apache.kafka.connect.data.Time": lambda c: _duration(c.cast("long") * 1000),
+}
 
 
 def conversion(

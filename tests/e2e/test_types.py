@@ -49,6 +49,7 @@ from app.main import await_query, start_query
 from app.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import PG_DSN, debezium_connector, job_config_for, read_topic
+from tests.support.values import interval_text
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -239,13 +240,7 @@ def _spark_interval_text(parts: tuple[int, int, int, int, int, Decimal] | None) 
     years, months, days, hours, minutes, seconds = parts
     micros = int((Decimal((years * 12 + months)) * Decimal("30.4375") + days) * 86400 * 10**6
                  + (hours * 3600 + minutes * 60) * 10**6 + Decimal(seconds) * 10**6)
-    sign, rest = ("-" if micros < 0 else ""), abs(micros)
-    d, rest = divmod(rest, 86400 * 10**6)
-    h, rest = divmod(rest, 3600 * 10**6)
-    m, rest = divmod(rest, 60 * 10**6)
-    s, frac = divmod(rest, 10**6)
-    fraction = f".{frac:06d}".rstrip("0") if frac else ""
-    return f"INTERVAL '{sign}{d} {h:02d}:{m:02d}:{s:02d}{fraction}' DAY TO SECOND"
+    return interval_text(micros)
 
 
 def _iso_interval_text(parts: tuple[int, int, int, int, int, Decimal] | None) -> str | None:

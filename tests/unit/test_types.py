@@ -144,6 +144,19 @@ def test_mysql_time_is_an_elapsed_time_not_a_time_of_day(spark: SparkSession) ->
     assert df.select(postgres(F.col("v"))).collect()[3][0] == "12:34:56.123456"
 
 
+def test_mysql_time_in_connect_mode_is_the_same_interval_text(spark: SparkSession) -> None:
+    """time.precision.mode=connect sends MySQL/MariaDB TIME as Kafka Connect's Time (milliseconds of a day): the
+    same interval text as the default mode's MicroTime, so a column reads alike whatever the mode."""
+    avro = {"type": "int", "connect.name": "org.apache.kafka.connect.data.Time", "logicalType": "time-millis"}
+    df = spark.createDataFrame([(0, 45296123), (1, 0), (2, None)], "i int, v int")
+    mysql = conversion(avro, connector=MYSQL)
+    assert mysql is not None
+
+    actual = [r["v"] for r in df.select("i", mysql(F.col("v")).alias("v")).orderBy("i").collect()]
+
+    assert actual == ["INTERVAL '0 12:34:56.123' DAY TO SECOND", "INTERVAL '0 00:00:00' DAY TO SECOND", None]
+
+
 def test_decimals_beyond_spark_and_without_scale_become_exact_text(spark: SparkSession) -> None:
     wide = {
         "type": "bytes", "scale": 10, "precision": 50, "logicalType": "decimal",
