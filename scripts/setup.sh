@@ -5,6 +5,12 @@
 #   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
 #           own JVM functions (jvm/, built by Maven) into .deps/spark/cdc-functions.jar
 #   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
+# Runtime-only steps, for the container image (Dockerfile); never part of the default:
+#   build-system    Debian packages the jars step needs: a JDK 17, Maven, python3 (the image's builder stage)
+#   runtime-system  Debian packages the job needs to run: a JRE 17, python3 with venv (the image's final stage)
+#   python-runtime  the virtualenv .venv with setup.cfg's install_requires only: no test extra, and not the project
+#                   itself (spark-submit runs app/main.py from the tree, so the app code stays out of this step)
+# JAR_SETS="spark ..." makes the jars step resolve only those sets of deps/jvm-artifacts.txt (default: every set).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -42,8 +48,36 @@ system() {
   fi
 }
 
+# apt-get install only what is missing; an image layer keeps no package lists or downloaded .debs.
+apt_install() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  [ "$(id -u)" = 0 ] || { echo "[setup] need root to apt-get install ${missing[*]}" >&2; exit 1; }
+  log "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get clean
+  rm -rf /var/lib/apt/lists/*
+}
+
+build_system() {
+  # ca-certificates: Maven reaches Maven Central over https.
+  apt_install ca-certificates openjdk-17-jdk-headless maven python3
+}
+
+runtime_system() {
+  # python3-venv: Debian's python3 has no ensurepip without it.
+  apt_install ca-certificates openjdk-17-jre-headless python3 python3-venv
+}
+
 jars() {
-  python3 scripts/fetch_jars.py
+  local sets=()
+  # JAR_SETS: a space-separated list of set names; empty resolves every set.
+  read -r -a sets <<<"${JAR_SETS:-}"
+  python3 scripts/fetch_jars.py "${sets[@]}"
   # The job's JVM functions (app/types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
   local stamp=.deps/spark/.cdc-functions.stamp want
   want=$(find jvm/pom.xml jvm/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1)
@@ -69,6 +103,30 @@ python_env() {
   fi
 }
 
+python_runtime() {
+  local stamp=.venv/.installed want reqs=()
+  # The pins of setup.cfg's install_requires, read with the standard library (no project install needed).
+  mapfile -t reqs < <(python3 -c '
+import configparser
+cfg = configparser.ConfigParser()
+cfg.read("setup.cfg")
+for line in cfg["options"]["install_requires"].splitlines():
+    if line.strip() and not line.strip().startswith("#"):
+        print(line.strip())
+')
+  [ ${#reqs[@]} -gt 0 ] || { echo "[setup] no install_requires in setup.cfg" >&2; exit 1; }
+  # A stamp of its own kind: switching between python and python-runtime reinstalls.
+  want="runtime $(printf '%s\n' "${reqs[@]}" | sha256sum | cut -d' ' -f1)"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "pip install setup.cfg's install_requires into .venv (runtime only)"
+    .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "${reqs[@]}"
+    echo "$want" > "$stamp"
+  else
+    log "python-runtime: .venv up to date"
+  fi
+}
+
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(system jars python)
 for s in "${steps[@]}"; do
@@ -76,6 +134,9 @@ for s in "${steps[@]}"; do
     system) system ;;
     jars) jars ;;
     python) python_env ;;
+    build-system) build_system ;;
+    runtime-system) runtime_system ;;
+    python-runtime) python_runtime ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done
