@@ -8,16 +8,24 @@ Hudi Silver tables, one foreachBatch call per micro-batch.
 """
 from __future__ import annotations
 
+# ruff: noqa: E402 - every other import follows the sys.path repair below
+import os
+import sys
+
+# spark-submit app/main.py runs this file as a script, and Python puts app/ (not the repository) first on sys.path.
+# There app/types.py would shadow the standard library's `types` for every later import (argparse -> enum ->
+# types fails on a Python that has not imported it at start-up, e.g. Debian's), so app/ leaves sys.path before
+# anything else is imported, and the repository, which the package imports need, takes its place. The packaged
+# copy of this file sits outside the package (app/ comes from the zip on --py-files): nothing to change, and adding
+# its parent could put a stray checkout's app/ ahead of the zip.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(_HERE, "__init__.py")):
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    sys.path.insert(0, os.path.dirname(_HERE))
+
 import argparse
 import logging
-import sys
 from pathlib import Path
-
-# spark-submit app/main.py puts app/ (not the repository) on sys.path; the package imports need the parent. The
-# packaged copy of this file sits outside the package (app/ comes from the zip on --py-files): nothing to add, and
-# adding its parent could put a stray checkout's app/ ahead of the zip.
-if (Path(__file__).resolve().parent / "__init__.py").exists():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -25,11 +33,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 import app
 from app.batch import BatchProcessor
+from app.catalog import all_partition_roots
 from app.config import JobConfig, load_config
 from app.errors import ConfigError, PipelineError
 from app.registry import RegistryClient
 from app.resume import kafka_partitions, resume_offsets
-from app.route import check_routes
+from app.route import TableRoute, check_routes
 from app.source import read_kafka
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 
@@ -82,9 +91,9 @@ def start_query(
         # needs a file system with abortable streams (s3a); EMRFS s3:// keeps Spark's default manager.
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", ABORTABLE_CHECKPOINT_MANAGER)
     partitions = kafka_partitions(spark, config)
-    routes = check_routes(config, partitions)
+    routes = check_routes(config, partitions, all_partition_roots(spark, config))
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
-             ", ".join(f"{r.topic} -> {r.qualified_name}" for r in routes) or "none yet")
+             ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
     writer = (
         read_kafka(spark, config.kafka, resume_offsets(spark, config, conf_file, from_starting_offsets))
         .writeStream.foreachBatch(processor.process)
@@ -98,6 +107,14 @@ def start_query(
     query = writer.start()
     log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
     return query
+
+
+def _why(route: TableRoute) -> str:
+    if route.source_partition is not None:
+        return f" (partition {route.source_partition} of {route.source_schema}.{route.source_table})"
+    if route.merged:
+        return " (merged)"
+    return ""
 
 
 def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:

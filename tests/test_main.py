@@ -43,3 +43,19 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
     out = _run_main(tmp_path / "absent.yaml")
     assert out.returncode == 2
     assert "absent.yaml" in out.stderr
+
+
+def test_main_runs_as_a_script_on_a_python_that_has_not_imported_types(tmp_path: Path) -> None:
+    """`spark-submit app/main.py` puts app/ first on sys.path, where app/types.py would shadow the standard
+    library's `types`. pyenv's Python imports `types` at start-up and hides that; `-S` (no site) starts like
+    Debian's python3, which does not (site-packages come through PYTHONPATH instead)."""
+    site_packages = subprocess.run(
+        [sys.executable, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()
+    done = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "app" / "main.py"), "--help"], cwd=tmp_path, capture_output=True,
+        text=True, env={"PYTHONPATH": site_packages, "PATH": "/usr/bin:/bin"}, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--conf" in done.stdout
