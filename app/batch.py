@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException, CapturedException
 
 from app.bronze import write_bronze
-from app.commit import OffsetRanges, commit_metadata, last_committed
+from app.catalog import PartitionRoots, all_partition_roots
+from app.commit import Committed, OffsetRanges, commit_metadata, last_committed
 from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
 from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, with_ledger_verdict
@@ -45,6 +46,7 @@ from app.unwrap import (
     LATEST_COL,
     OFFSET_COL,
     PARTITION_COL,
+    TOPIC_COL,
     UNAVAILABLE_COL,
     filter_data_changes,
     filter_latest,
@@ -76,10 +78,12 @@ class TableBatchStats:
     replayed: int = 0  # records whose offsets the table had committed already (a replayed batch)
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
+    topics: list[str] = field(default_factory=list)  # set when several topics feed the table
 
     def log_line(self, batch_id: int) -> str:
+        fed_by = f"topics={','.join(self.topics)} " if self.topics else ""
         return (
-            f"batch={batch_id} table={self.table} rows_in={self.rows_in} upserts={self.upserts} "
+            f"batch={batch_id} table={self.table} {fed_by}rows_in={self.rows_in} upserts={self.upserts} "
             f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
             f"blocked={self.blocked} unresolved={self.unresolved} replayed={self.replayed} "
             f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
@@ -95,6 +99,7 @@ class BatchProcessor:
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
         self.history: list[dict[str, TableBatchStats]] = []  # every batch this processor wrote
         self.failure: PipelineError | None = None
+        self.roots: PartitionRoots = {}  # partitions -> partitioned tables, read per batch (app/catalog.py)
 
     def process(self, batch_df: DataFrame, batch_id: int) -> None:
         """foreachBatch entry point.
@@ -158,10 +163,10 @@ class BatchProcessor:
         framings = [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
         framed_df = with_source_framings(raw_df, framings)
         summary = self._summarize(framed_df)
+        self.roots = all_partition_roots(raw_df.sparkSession, self.config)
         self._check_framing(framed_df, summary)
-        plans = [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
-        _check_one_topic_per_table(plans, self.config)
-        return plans
+        topic_plans = [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
+        return _plans_per_table(topic_plans, self.config)
 
     def _summarize(self, framed_df: DataFrame) -> dict[str, _TopicSummary]:
         """One aggregate: per topic, key and value schema reference and whether framing failed, record count.
@@ -198,7 +203,9 @@ class BatchProcessor:
         """A value that cannot be split stops the batch; so does a key, unless its table's record key is set
         in config (then the key bytes are not read, and any key converter will do)."""
         bad_values = [t for t, s in summary.items() if s.unframed]
-        bad_keys = [t for t, s in summary.items() if s.key_unframed and not route_topic(t, self.config).record_key]
+        bad_keys = [
+            t for t, s in summary.items() if s.key_unframed and not route_topic(t, self.config, self.roots).record_key
+        ]
         if not bad_values and not bad_keys:
             return
         bad_value = F.col("topic").isin(bad_values) & F.col("value_frame_error").isNotNull()
@@ -216,7 +223,7 @@ class BatchProcessor:
         )
 
     def _plan_topic(self, framed_df: DataFrame, topic: str, summary: _TopicSummary) -> TablePlan:
-        route = route_topic(topic, self.config)
+        route = route_topic(topic, self.config, self.roots)
         stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids))
         stats.skipped = summary.tombstones
         if not summary.value_ids:  # only tombstones
@@ -224,6 +231,9 @@ class BatchProcessor:
         topic_df = framed_df.filter(F.col("topic") == topic)
         slices = [self._decode_slice(topic_df, ref, route) for ref in sorted(summary.value_ids)]
         record_key = self._record_key(route, summary.key_ids)
+        discriminator = route.discriminator
+        if record_key is not None and discriminator is not None and discriminator.column not in record_key:
+            record_key = (*record_key, discriminator.column)
         target = None
         if record_key is not None:
             target = HudiTarget(
@@ -243,6 +253,13 @@ class BatchProcessor:
             raise EnvelopeError(
                 f"{topic}: writer schemas {sorted(summary.value_ids)} in one batch disagree on column types: {e}"
             ) from e
+        if discriminator is not None and discriminator.value is not None:
+            events_df = events_df.withColumn(discriminator.column, F.lit(discriminator.value))
+        elif discriminator is not None and discriminator.column not in events_df.columns:
+            raise EnvelopeError(
+                f"{topic}: has no column {discriminator.column!r}, its discriminator "
+                f"(tables.{route.source_key}.discriminator of source {route.source}); set a value to add it"
+            )
         carry = sorted({c for s in slices for c in s.placeholder_columns})
         if target is not None and target.delete_mode == "soft":
             value_columns = list(dict.fromkeys(c for s in slices for c in s.value_columns))
@@ -285,8 +302,8 @@ class BatchProcessor:
         keys = target.record_key
         batch_offsets = OffsetRanges(plan.summary.offsets)
         committed = last_committed(spark, target.path)
-        if committed is not None:
-            check_owner(plan.route, {topic for topic, _ in committed.last}, self.config)
+        if committed is not None and not plan.route.merged:  # declared shards were checked when grouped
+            check_owner(plan.route, {topic for topic, _ in committed.last}, self.config, committed.source_table)
         if committed is not None and committed.covers(batch_offsets):
             stats.replayed = plan.summary.rows_in
             stats.skipped = 0
@@ -302,8 +319,7 @@ class BatchProcessor:
                 "batch=%s table=%s offsets %s committed up to %s at %s: writing %s only",
                 batch_id, target.qualified_name, batch_offsets, dict(committed.last), committed.instant, new_offsets,
             )
-            not_applied = committed.not_applied(PARTITION_COL, OFFSET_COL, plan.route.topic)
-            plan = dataclasses.replace(plan, events_df=plan.events_df.filter(not_applied))
+            plan = dataclasses.replace(plan, events_df=plan.events_df.filter(plan.not_applied(committed)))
             # Counted as offsets: Kafka transaction markers (a connector with exactly-once delivery) would make
             # this an overestimate, hence the floor on `skipped` below.
             stats.replayed = sum(last - first + 1 for first, last in batch_offsets.ranges.values()) - sum(
@@ -334,7 +350,7 @@ class BatchProcessor:
                 write_silver(ledger_changes(judged_df, keys), target.ledger, batch_id, query_id, LEDGER_OPTIONS)
             rows_df = (
                 judged_df.filter(written)
-                .drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
+                .drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL, TOPIC_COL)
             )
             try:
                 rows_df = with_partition_field(rows_df, target.partition)
@@ -343,7 +359,7 @@ class BatchProcessor:
                 raise EnvelopeError(
                     f"{route.qualified_name} (tables.{route.source_schema}.{route.source_table}.partition_by): {e}"
                 ) from e
-            extra = commit_metadata(batch_offsets, committed, counts["max_position"])
+            extra = commit_metadata(batch_offsets, committed, counts["max_position"], plan.route.source_identity)
             write_silver(rows_df, target, batch_id, query_id, extra)
         finally:
             judged_df.unpersist()
@@ -451,7 +467,9 @@ class _Slice:
 
 @dataclass
 class TablePlan:
-    """One table's share of a batch: where it goes and the lazy frame of its change events."""
+    """One table's share of a batch: where it goes and the lazy frame of its change events. A table fed by
+    several topics (partitions, shards) has one route per topic; `route` is the first, and the events of such a
+    table carry their topic in `_cdc_topic` until written."""
 
     route: TableRoute
     record_key: tuple[str, ...] | None  # None when no record of the batch carries a key
@@ -460,6 +478,26 @@ class TablePlan:
     stats: TableBatchStats
     summary: _TopicSummary
     carry_columns: tuple[str, ...] = ()  # columns an event may leave out (app/unavailable.py)
+    routes: tuple[TableRoute, ...] = ()  # every topic's route; () means just `route`
+
+    def __post_init__(self) -> None:
+        if not self.routes:
+            self.routes = (self.route,)
+
+    @property
+    def topics(self) -> list[str]:
+        return [r.topic for r in self.routes]
+
+    def not_applied(self, committed: Committed) -> Column:
+        """The events above the offsets `committed` records, of each of the plan's topics."""
+        if len(self.routes) == 1:
+            return committed.not_applied(PARTITION_COL, OFFSET_COL, self.route.topic)
+        condition = F.lit(False)
+        for topic in self.topics:
+            condition = condition | (
+                (F.col(TOPIC_COL) == topic) & committed.not_applied(PARTITION_COL, OFFSET_COL, topic)
+            )
+        return condition
 
     def judged_df(self, ledger_df: DataFrame | None = None) -> DataFrame:
         """The events with the latest one per record key flagged, and the delete ledger's verdict."""
@@ -479,18 +517,64 @@ class TablePlan:
     def latest_df(self) -> DataFrame:
         """The latest event per key, values carried within the batch, as the Hudi upsert receives it when no
         delete ledger applies."""
-        return filter_latest(self.carried_df(self.judged_df())).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL)
+        return filter_latest(self.carried_df(self.judged_df())).drop(
+            *INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL, TOPIC_COL
+        )
 
 
-def _check_one_topic_per_table(plans: list[TablePlan], config: JobConfig) -> None:
-    """Two topics writing one Silver table would interleave positions of different tables (and race)."""
-    seen: dict[str, TableRoute] = {}
-    for plan in plans:
-        name = plan.route.qualified_name
-        if name in seen:
-            key, message = collision(seen[name], plan.route, config)
+def _plans_per_table(topic_plans: list[TablePlan], config: JobConfig) -> list[TablePlan]:
+    """One plan per Silver table. Topics share a table only when they may (app/route.py): two other topics
+    writing one table would interleave positions of different tables, so they are refused."""
+    grouped: dict[str, list[TablePlan]] = {}
+    for plan in topic_plans:
+        group = grouped.setdefault(plan.route.qualified_name, [])
+        if group and not group[0].route.may_share_table_with(plan.route):
+            key, message = collision(group[0].route, plan.route, config)
             raise EnvelopeError(f"{message} ({key})")
-        seen[name] = plan.route
+        group.append(plan)
+    return [group[0] if len(group) == 1 else _merged_plan(group) for group in grouped.values()]
+
+
+def _merged_plan(plans: list[TablePlan]) -> TablePlan:
+    """The plans of several topics feeding one table, as one: events unioned by column name (a column one
+    topic lacks is null in its rows), each tagged with its topic; offsets, counts and schema ids added up.
+
+    Raises:
+        EnvelopeError: the topics' record keys differ, or a column has different types in two topics.
+    """
+    first = plans[0]
+    keys = {p.record_key for p in plans if p.record_key is not None}
+    if len(keys) > 1:
+        raise EnvelopeError(
+            f"{first.route.qualified_name}: topics {', '.join(p.route.topic for p in plans)} feed one table but "
+            f"their record keys differ: {sorted(keys)}"
+        )
+    with_events = [p for p in plans if p.events_df is not None]
+    events_df = None
+    if with_events:
+        tagged = [p.events_df.withColumn(TOPIC_COL, F.lit(p.route.topic)) for p in with_events if p.events_df]
+        try:
+            events_df = _union(tagged)
+        except AnalysisException as e:
+            raise EnvelopeError(
+                f"{first.route.qualified_name}: topics {', '.join(p.route.topic for p in with_events)} feed one "
+                f"table but disagree on a column's type: {e}"
+            ) from e
+    summary = _TopicSummary()
+    stats = TableBatchStats(first.stats.table, topics=[p.route.topic for p in plans])
+    for p in plans:
+        summary.rows_in += p.summary.rows_in
+        summary.tombstones += p.summary.tombstones
+        summary.key_ids |= p.summary.key_ids
+        summary.value_ids |= p.summary.value_ids
+        summary.offsets.update(p.summary.offsets)
+        stats.rows_in += p.stats.rows_in
+        stats.skipped += p.stats.skipped
+    stats.schema_ids = sorted(summary.value_ids)
+    target = next((p.target for p in plans if p.target is not None), None)
+    carry = tuple(sorted({c for p in plans for c in p.carry_columns}))
+    return TablePlan(first.route, keys.pop() if keys else None, events_df, target, stats, summary, carry,
+                     routes=tuple(p.route for p in plans))
 
 
 def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:

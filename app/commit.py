@@ -6,14 +6,17 @@ Every Silver commit carries, in its extra metadata (Hudi copies write options wi
     _cdc.committed    every offset of the table's topics applied so far: {"t": {"0": last}} (this commit's
                       offsets merged into the previous commit's)
     _cdc.max_position the highest source position (`_cdc_position`) among the events written
+    _cdc.source_table the source table whose rows the Silver table holds (`<source>:<schema>.<table>`; a
+                      partition's rows count as their partitioned table's), or `merged` for declared shards
     _cdc.batch_id, _cdc.query_id  Spark's batch id and query id, for people (batch ids restart when a
                       checkpoint is lost, so nothing is decided on them)
 
 Before a table is written, the newest completed commit carrying `_cdc.committed` is read from the table's
 timeline (`.hoodie/`, not the data files). A batch whose offsets are all at or below it was committed already
 (Spark replays a batch it had not recorded): the table is skipped. A batch that overlaps it (re-read after a
-lost checkpoint, with other batch boundaries) writes only the offsets above it. A table is fed by one topic,
-and Kafka offsets only grow, so "at or below the committed last offset" is exactly "already applied".
+lost checkpoint, with other batch boundaries) writes only the offsets above it. Offsets are kept per topic and
+partition (a table fed by several topics keeps each), and Kafka offsets only grow, so "at or below the committed
+last offset" is exactly "already applied".
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from app.hudi import COMMIT_META_PREFIX, table_exists
 OFFSETS_KEY: Final = f"{COMMIT_META_PREFIX}offsets"
 COMMITTED_KEY: Final = f"{COMMIT_META_PREFIX}committed"
 MAX_POSITION_KEY: Final = f"{COMMIT_META_PREFIX}max_position"
+SOURCE_TABLE_KEY: Final = f"{COMMIT_META_PREFIX}source_table"
 
 TopicPartition = tuple[str, int]
 
@@ -54,6 +58,7 @@ class Committed:
 
     instant: str
     last: Mapping[TopicPartition, int]
+    source_table: str | None = None  # None: written before commits recorded it
 
     def covers(self, batch: OffsetRanges) -> bool:
         """Every offset of the batch was applied already."""
@@ -96,16 +101,21 @@ def _per_topic_json(values: Mapping[TopicPartition, Any]) -> str:
     return json.dumps(nested, separators=(",", ":"))
 
 
-def parse_committed(instant: str, text: str) -> Committed:
+def parse_committed(instant: str, text: str, source_table: str | None = None) -> Committed:
     nested = json.loads(text)
-    return Committed(instant, {(t, int(p)): int(o) for t, parts in nested.items() for p, o in parts.items()})
+    last = {(t, int(p)): int(o) for t, parts in nested.items() for p, o in parts.items()}
+    return Committed(instant, last, source_table)
 
 
-def commit_metadata(batch: OffsetRanges, previous: Committed | None, max_position: str | None) -> dict[str, str]:
+def commit_metadata(
+    batch: OffsetRanges, previous: Committed | None, max_position: str | None, source_table: str | None = None
+) -> dict[str, str]:
     """The `_cdc.*` write options a Silver commit records (module docstring)."""
     meta = {OFFSETS_KEY: batch.to_json(), COMMITTED_KEY: committed_json(previous, batch)}
     if max_position is not None:
         meta[MAX_POSITION_KEY] = max_position
+    if source_table is not None:
+        meta[SOURCE_TABLE_KEY] = source_table
     return meta
 
 
@@ -130,5 +140,7 @@ def last_committed(spark: SparkSession, table_path: str) -> Committed | None:
         metadata = hudi.common.table.timeline.TimelineUtils.getCommitMetadata(instant, timeline)
         value = metadata.getMetadata(COMMITTED_KEY)
         if value:
-            return parse_committed(str(instant.requestedTime()), str(value))
+            source_table = metadata.getMetadata(SOURCE_TABLE_KEY)
+            instant_time = str(instant.requestedTime())
+            return parse_committed(instant_time, str(value), str(source_table) if source_table else None)
     return None

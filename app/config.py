@@ -88,11 +88,26 @@ class RegistryConfig:
 
 
 @dataclass(frozen=True)
+class DiscriminatorConfig:
+    """What keeps apart the rows of several source tables merged into one Silver table (README "Partitioned and
+    sharded sources"). With `value`, the job adds `column` holding that constant to every row of this source
+    table; without, `column` is one of the table's own columns (a tenant id). Either way it joins the record key.
+    """
+
+    column: str
+    value: str | None = None
+
+
+@dataclass(frozen=True)
 class TableConfig:
     """Per-table overrides, keyed by '<schema>.<table>' of the source ('<database>.<schema>.<table>' for SQL
     Server, whose topics name all three)."""
 
     name: str | None = None
+    # Several source tables given one `name` merge into one Silver table (shards); each then needs a
+    # discriminator, or all declare their keys unique across the merged tables.
+    discriminator: DiscriminatorConfig | None = None
+    unique_keys: bool = False
     record_key: list[str] | None = None
     delete_mode: DeleteMode | None = None  # unset: lake.delete_mode
     table_type: TableType | None = None  # unset: lake.table_type
@@ -103,6 +118,19 @@ class TableConfig:
     @property
     def partition(self) -> PartitionSpec | None:
         return None if self.partition_by is None else PartitionSpec.parse(self.partition_by)
+
+
+@dataclass(frozen=True)
+class SourceCatalogConfig:
+    """A read-only login to the source database's catalog (the connector's own login will do)."""
+
+    jdbc_url: str
+    user: str
+    password_env: str
+
+    @property
+    def password(self) -> str:
+        return os.environ.get(self.password_env, "")
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,10 @@ class SourceConfig:
     # The catalog database of this source's Silver tables; unset: lake.database.
     database: str | None = None
     tables: dict[str, TableConfig] = field(default_factory=dict)
+    # PostgreSQL: where the job reads which captured tables are partitions of a partitioned table (pg_inherits,
+    # through pg_partition_root), so that every partition's topic lands in the partitioned table's one Silver
+    # table. Unset: each topic is a table of its own.
+    catalog: SourceCatalogConfig | None = None
 
     @property
     def label(self) -> str:
@@ -407,18 +439,51 @@ def _check_sources(config: JobConfig) -> None:
         prefixes[source.topic_prefix] = n
         if source.database is not None and not _IDENTIFIER.fullmatch(source.database):
             raise ConfigError(f"{key}.database", f"not a valid database name: {source.database!r}")
+        if source.catalog is not None:
+            if source.connector not in ("postgresql", "auto"):
+                raise ConfigError(f"{key}.catalog", "partition look-ups are for PostgreSQL sources")
+            if not source.catalog.jdbc_url.startswith("jdbc:postgresql://"):
+                raise ConfigError(f"{key}.catalog.jdbc_url",
+                                  f"expected jdbc:postgresql://host:port/db, got {source.catalog.jdbc_url!r}")
+            if source.catalog.password_env not in os.environ:
+                raise ConfigError(f"{key}.catalog.password_env",
+                                  f"environment variable {source.catalog.password_env} is not set")
         _check_tables(config, source, _tables_key(config, n))
-    # Explicit names are known now: two source tables given one Silver name in one database.
-    named: dict[tuple[str, str], str] = {}
+    _check_merges(config)
+
+
+def _check_merges(config: JobConfig) -> None:
+    """Source tables given one Silver name in one database merge into it (shards), if the merge keeps their rows
+    apart: every one has a discriminator (one column for all, distinct constant values), or every one declares
+    `unique_keys`. Otherwise the second name is refused, naming the setting to add."""
+    named: dict[tuple[str, str], list[tuple[str, TableConfig]]] = {}
     for n, source in enumerate(config.source_list):
         for source_table, table in source.tables.items():
-            if table.name is None:
+            if table.name is not None:
+                key = f"{_tables_key(config, n)}.{source_table}"
+                named.setdefault((config.database_of(source), table.name), []).append((key, table))
+    for (database, name), members in named.items():
+        if len(members) == 1:
+            continue
+        first_key, first = members[0]
+        for key, table in members[1:]:
+            where = f"{database}.{name} is the Silver table of {first_key} too"
+            if first.unique_keys and table.unique_keys:
                 continue
-            where = (config.database_of(source), table.name)
-            key = f"{_tables_key(config, n)}.{source_table}.name"
-            if where in named:
-                raise ConfigError(key, f"{where[0]}.{where[1]} is the Silver table of {named[where]} too")
-            named[where] = key
+            if first.discriminator is None or table.discriminator is None:
+                missing = key if table.discriminator is None else first_key
+                raise ConfigError(
+                    f"{missing}.discriminator",
+                    f"{where}: merging source tables needs a discriminator on each (e.g. discriminator: "
+                    f"{{column: source_db, value: <name>}}) or unique_keys: true on each; or give one its own name",
+                )
+            if table.discriminator.column != first.discriminator.column:
+                raise ConfigError(f"{key}.discriminator.column",
+                                  f"{where}, whose discriminator column is {first.discriminator.column!r}")
+            values = [m.discriminator.value for _, m in members if m.discriminator is not None]
+            if table.discriminator.value is not None and values.count(table.discriminator.value) > 1:
+                raise ConfigError(f"{key}.discriminator.value",
+                                  f"{where}, with the same discriminator value {table.discriminator.value!r}")
 
 
 def _check_tables(config: JobConfig, source: SourceConfig, prefix: str) -> None:
@@ -438,6 +503,12 @@ def _check_tables(config: JobConfig, source: SourceConfig, prefix: str) -> None:
                 PartitionSpec.parse(table.partition_by)
             except ValueError as e:
                 raise ConfigError(f"{key}.partition_by", str(e)) from e
+        if table.discriminator is not None:
+            if not _IDENTIFIER.fullmatch(table.discriminator.column):
+                raise ConfigError(f"{key}.discriminator.column",
+                                  f"not a valid column name: {table.discriminator.column!r}")
+            if table.name is None:
+                raise ConfigError(f"{key}.discriminator", "applies to merged tables: set the shared `name` too")
         if table.compaction_delta_commits is not None:
             if (table.table_type or config.lake.table_type) != "MERGE_ON_READ":
                 raise ConfigError(

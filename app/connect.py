@@ -75,9 +75,15 @@ def postgres_connector_config(
     *,
     framing: str = "id4",
     id_type: str = "contentId",
+    publish_via_partition_root: bool = False,
 ) -> dict[str, str]:
     """A Debezium PostgreSQL connector (pgoutput) capturing `schemas` into `<topic_prefix>.<schema>.<table>`,
-    its converters writing `framing` with `id_type` ids (see converter_config)."""
+    its converters writing `framing` with `id_type` ids (see converter_config).
+
+    `publish_via_partition_root`: a partitioned table's changes carry the partitioned table's name instead of
+    each partition's. The connector applies it only when it creates the publication: check an existing one with
+    `check_publication_mode` first.
+    """
     return {
         "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
         "plugin.name": "pgoutput",
@@ -93,8 +99,39 @@ def postgres_connector_config(
         "publication.autocreate.mode": "filtered",
         "schema.name.adjustment.mode": "avro",
         "snapshot.mode": "initial",
+        "publish.via.partition.root": str(publish_via_partition_root).lower(),
         **converter_config(registry_url, framing, id_type),
     }
+
+
+class PublicationModeError(RuntimeError):
+    """An existing publication publishes partitioned tables the other way than the connector is set to."""
+
+
+def check_publication_mode(connection: Any, publication: str, publish_via_partition_root: bool) -> None:
+    """Refuse a connector whose publication already exists with the other `publish_via_partition_root`.
+
+    Debezium sets the option only in CREATE PUBLICATION; an existing publication keeps its own, so the connector
+    setting would be silently ignored.
+
+    Args:
+        connection: an open DB-API connection to the source database (psycopg or any other driver).
+
+    Raises:
+        PublicationModeError: names the publication, both modes and the statement that fixes it.
+    """
+    cursor = connection.cursor()
+    cursor.execute("select pubviaroot from pg_catalog.pg_publication where pubname = %s", (publication,))
+    row = cursor.fetchone()
+    if row is None or bool(row[0]) == publish_via_partition_root:
+        return
+    raise PublicationModeError(
+        f"publication {publication} exists with publish_via_partition_root = {str(bool(row[0])).lower()}, but the "
+        f"connector sets publish.via.partition.root={str(publish_via_partition_root).lower()}, which Debezium "
+        f"applies only when it creates the publication; run ALTER PUBLICATION {publication} SET "
+        f"(publish_via_partition_root = {str(publish_via_partition_root).lower()}) (or drop it and let the "
+        f"connector create it), or change the connector setting"
+    )
 
 
 def mariadb_connector_config(

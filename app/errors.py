@@ -11,6 +11,7 @@ class ConfigError(PipelineError):
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
+        self.message = message
         super().__init__(f"config key '{key}': {message}")
 
 

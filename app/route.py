@@ -5,16 +5,21 @@ A topic is `<topic_prefix>.<schema>.<table>` (PostgreSQL; MySQL/MariaDB name the
 whose prefix it starts with; its Silver table is `<schema>_<table>` (`<database>_<schema>_<table>`) in the
 source's catalog database, or the configured `tables.<schema>.<table>.name`.
 
-That rule maps `a_b.c` and `a.b_c` to one name. Two topics never share a Silver table: `check_routes` refuses
-such topics at start, the batch refuses them in one batch, and a table whose commits hold another topic's
-offsets refuses a second topic; each error names the `name` setting that separates them.
+That rule maps `a_b.c` and `a.b_c` to one name. Two topics share a Silver table only when meant to:
+- partitions of one partitioned table (found in the source's catalog, app/catalog.py) route to the partitioned
+  table's route: its name and overrides, all from one source server, whose keys are unique across partitions;
+- source tables given one `name` with a discriminator each, or `unique_keys` each (shards; app/config.py
+  checks the declarations).
+Any other pair is refused: `check_routes` at start, the batch within one batch, and a table whose commits hold
+another topic's offsets refuses a second topic; each error names the `name` setting that separates them.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from app.config import JobConfig, SourceConfig
+from app.catalog import PartitionRoots
+from app.config import DiscriminatorConfig, JobConfig, SourceConfig
 from app.errors import ConfigError, EnvelopeError
 from app.partitioning import PartitionSpec
 
@@ -35,6 +40,26 @@ class TableRoute:
     connector: str = "auto"
     events: str = "auto"
     source_database: str | None = None  # SQL Server's database, the topic's first part
+    # A partition routed to its partitioned table (source_schema/source_table): the partition's own name.
+    source_partition: str | None = None
+    discriminator: DiscriminatorConfig | None = None
+    unique_keys: bool = False
+
+    @property
+    def source_identity(self) -> str:
+        """What the Silver table holds, as recorded in its commits (app/commit.py): the source table, a
+        partition counting as its partitioned table; `merged` for declared shards."""
+        return "merged" if self.merged else f"{self.source}:{self.source_key}"
+
+    @property
+    def merged(self) -> bool:
+        """Declared a member of a many-to-one merge (shards)."""
+        return self.discriminator is not None or self.unique_keys
+
+    def may_share_table_with(self, other: TableRoute) -> bool:
+        """Both topics belong in one Silver table: one partitioned table's topics, or declared shards."""
+        same_table = self.source == other.source and self.source_key == other.source_key
+        return same_table or (self.merged and other.merged)
 
     @property
     def qualified_name(self) -> str:
@@ -60,8 +85,8 @@ def source_for(topic: str, config: JobConfig) -> SourceConfig:
     return source
 
 
-def route_topic(topic: str, config: JobConfig) -> TableRoute:
-    """Where a topic's rows go.
+def route_topic(topic: str, config: JobConfig, roots: PartitionRoots | None = None) -> TableRoute:
+    """Where a topic's rows go. `roots` (app/catalog.py) maps partitions to their partitioned table, per source.
 
     Raises:
         EnvelopeError: the topic does not follow `<topic_prefix>.<schema>.<table>` (or the SQL Server form) of
@@ -74,8 +99,13 @@ def route_topic(topic: str, config: JobConfig) -> TableRoute:
     if not all(parts) or len(parts) != (3 if sqlserver else 2):
         form = "<database>.<schema>.<table>" if sqlserver else "<schema>.<table>"
         raise EnvelopeError(f"topic {topic!r} is not '{prefix}{form}' (source {source.label})")
-    override = source.table_config(*parts)
     schema, table = parts[-2:]
+    root = (roots or {}).get(source.label, {}).get((schema, table))
+    partition = None
+    if root is not None and not sqlserver:
+        partition, (schema, table) = f"{schema}.{table}", root
+        parts = [schema, table]
+    override = source.table_config(*parts)
     return TableRoute(
         topic=topic,
         source_schema=schema,
@@ -91,28 +121,34 @@ def route_topic(topic: str, config: JobConfig) -> TableRoute:
         connector=source.connector,
         events=source.events,
         source_database=parts[0] if len(parts) == 3 else None,
+        source_partition=partition,
+        discriminator=override.discriminator,
+        unique_keys=override.unique_keys,
     )
 
 
-def check_routes(config: JobConfig, topics: Iterable[str]) -> list[TableRoute]:
-    """The routes of the topics the job subscribes to, refusing two topics that map to one Silver table.
+def check_routes(config: JobConfig, topics: Iterable[str], roots: PartitionRoots | None = None) -> list[TableRoute]:
+    """The routes of the topics the job subscribes to, refusing two topics that map to one Silver table unless
+    they may share it (module docstring).
 
     Topics of no source, or of another form, are left to the batch (which names the record).
 
     Raises:
         ConfigError: two topics map to one Silver table; names the setting that separates them.
     """
-    routes: dict[str, TableRoute] = {}
+    routes: list[TableRoute] = []
+    first: dict[str, TableRoute] = {}
     for topic in sorted(topics):
         try:
-            route = route_topic(topic, config)
+            route = route_topic(topic, config, roots)
         except EnvelopeError:
             continue
-        other = routes.get(route.qualified_name)
-        if other is not None:
-            raise ConfigError(*collision(other, route, config))
-        routes[route.qualified_name] = route
-    return list(routes.values())
+        other = first.setdefault(route.qualified_name, route)
+        if other is not route and not other.may_share_table_with(route):
+            # the fix names the topic not declared a member of a merge
+            raise ConfigError(*(collision(route, other, config) if route.merged else collision(other, route, config)))
+        routes.append(route)
+    return routes
 
 
 def collision(first: TableRoute, second: TableRoute, config: JobConfig) -> tuple[str, str]:
@@ -127,14 +163,29 @@ def collision(first: TableRoute, second: TableRoute, config: JobConfig) -> tuple
     )
 
 
-def check_owner(route: TableRoute, committed_topics: Iterable[str], config: JobConfig) -> None:
-    """Refuse to write a topic into a Silver table whose commits hold another topic's offsets (names that collide
+def check_owner(
+    route: TableRoute, committed_topics: Iterable[str], config: JobConfig, committed_source: str | None = None
+) -> None:
+    """Refuse to write a topic into a Silver table that holds another source table's rows (names that collide
     across batches, or a topic renamed).
 
+    `committed_source` is the source table the table's last commit recorded (`TableRoute.source_identity`): the
+    partitions of one partitioned table all record it, so they pass, and offsets of a partition detached since
+    do not matter. A table written before commits recorded it is judged by its topics: any other topic than
+    this one refuses.
+
     Raises:
-        EnvelopeError: names both topics and the setting that separates them.
+        EnvelopeError: names both topics (or source tables) and the setting that separates them.
     """
-    others = sorted(t for t in set(committed_topics) if t != route.topic)
+    topics = set(committed_topics)
+    if committed_source is not None:
+        if committed_source == route.source_identity:
+            return
+        others = sorted(topics - {route.topic}) or [committed_source]
+        key, message = collision(replace(route, topic=others[0]), route, config)
+        raise EnvelopeError(f"{message}; it holds the rows of {committed_source}, this topic is "
+                            f"{route.source_identity} ({key})")
+    others = sorted(t for t in topics if t != route.topic)
     if others:
         key, message = collision(replace(route, topic=others[0]), route, config)
         raise EnvelopeError(f"{message}; its commits hold the offsets of {', '.join(others)} ({key})")

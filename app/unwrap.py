@@ -48,6 +48,7 @@ SOFT_DELETE_COLUMNS = (SOFT_DELETED_COL, SOFT_DELETED_AT_COL)
 # previous version), and the flag of the latest event per key.
 UNAVAILABLE_COL: Final = "_cdc_unavailable"
 LATEST_COL: Final = "_cdc_is_latest"
+TOPIC_COL: Final = "_cdc_topic"  # a table fed by several topics (app/batch.py): which one, until written
 INTERNAL_COLUMNS = (UNAVAILABLE_COL, LATEST_COL)
 
 # The value Debezium's PostgreSQL connector sends for a TOASTed column an UPDATE left untouched

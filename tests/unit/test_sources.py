@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.config import JobConfig, TableConfig, parse_config
+from app.config import DiscriminatorConfig, JobConfig, TableConfig, parse_config
 from app.errors import ConfigError, EnvelopeError
 from app.route import check_owner, check_routes, route_topic
 
@@ -107,6 +107,23 @@ def test_a_table_holding_another_topics_offsets_refuses_a_second_topic() -> None
     assert 'sources[0].tables."a_b.c".name' in str(e.value)
 
 
+def test_a_table_recording_its_source_table_refuses_another_and_takes_its_partitions() -> None:
+    """Commits record the source table they hold: a colliding name is refused even after the first topic's
+    offsets, and the partitions of the recorded partitioned table pass, including topics detached since."""
+    config = _config([{"topic_prefix": "crm"}])
+    roots = {"crm": {("s", "pay_1"): ("s", "pay"), ("s", "pay_2"): ("s", "pay")}}
+    pay = route_topic("crm.s.pay", config, roots)
+    part = route_topic("crm.s.pay_2", config, roots)
+    assert pay.source_identity == part.source_identity == "crm:s.pay"
+
+    check_owner(part, ["crm.s.pay", "crm.s.pay_1", "crm.s.pay_old"], config, "crm:s.pay")
+    late = route_topic("crm.a_b.c", config)
+    with pytest.raises(EnvelopeError) as e:
+        check_owner(late, ["crm.a.b_c"], config, "crm:a.b_c")
+    assert "it holds the rows of crm:a.b_c, this topic is crm:a_b.c" in str(e.value)
+    assert 'sources[0].tables."a_b.c".name' in str(e.value)
+
+
 def test_the_single_source_form_names_its_top_level_tables_key() -> None:
     config = _config(source={"topic_prefix": "crm"})
     with pytest.raises(ConfigError) as e:
@@ -124,10 +141,84 @@ def test_the_single_source_form_names_its_top_level_tables_key() -> None:
     ({}, [{"topic_prefix": "a", "database": "no-dash"}], "sources[0].database"),
     ({}, [{"topic_prefix": "a", "connector": "oracle"}], "sources[0].connector"),
     ({}, [{"topic_prefix": "a", "tables": {"t": {}}}], "sources[0].tables.t"),
+    # one Silver name for two source tables: a merge, refused without a discriminator on each (or unique keys)
     ({}, [{"topic_prefix": "a", "tables": {"s.t": {"name": "x"}}},
-          {"topic_prefix": "b", "tables": {"s.u": {"name": "x"}}}], "sources[1].tables.s.u.name"),
+          {"topic_prefix": "b", "tables": {"s.u": {"name": "x"}}}], "sources[1].tables.s.u.discriminator"),
+    ({}, [{"topic_prefix": "a", "tables": {"s.t": {"name": "x", "discriminator": {"column": "db", "value": "a"}}}},
+          {"topic_prefix": "b", "tables": {"s.u": {"name": "x"}}}], "sources[1].tables.s.u.discriminator"),
+    ({}, [{"topic_prefix": "a", "tables": {"s.t": {"name": "x", "unique_keys": True}}},
+          {"topic_prefix": "b", "tables": {"s.u": {"name": "x"}}}], "sources[1].tables.s.u.discriminator"),
+    ({}, [{"topic_prefix": "a", "tables": {"s.t": {"name": "x", "discriminator": {"column": "db", "value": "a"}}}},
+          {"topic_prefix": "b", "tables": {"s.u": {"name": "x", "discriminator": {"column": "src", "value": "b"}}}}],
+     "sources[1].tables.s.u.discriminator.column"),
+    ({}, [{"topic_prefix": "a", "tables": {"s.t": {"name": "x", "discriminator": {"column": "db", "value": "a"}}}},
+          {"topic_prefix": "b", "tables": {"s.u": {"name": "x", "discriminator": {"column": "db", "value": "a"}}}}],
+     "sources[1].tables.s.u.discriminator.value"),
+    ({}, [{"topic_prefix": "a", "tables": {"s.t": {"discriminator": {"column": "db", "value": "a"}}}}],
+     "sources[0].tables.s.t.discriminator"),
+    ({}, [{"topic_prefix": "a", "tables": {"s.t": {"name": "x", "discriminator": {"column": "no-dash"}}}}],
+     "sources[0].tables.s.t.discriminator.column"),
+    ({}, [{"topic_prefix": "a", "connector": "mariadb",
+           "catalog": {"jdbc_url": "jdbc:postgresql://h/db", "user": "u", "password_env": "HOME"}}],
+     "sources[0].catalog"),
+    ({}, [{"topic_prefix": "a", "catalog": {"jdbc_url": "postgresql://h/db", "user": "u", "password_env": "HOME"}}],
+     "sources[0].catalog.jdbc_url"),
+    ({}, [{"topic_prefix": "a", "catalog": {"jdbc_url": "jdbc:postgresql://h/db", "user": "u",
+                                            "password_env": "CDC_NOT_SET_ANYWHERE"}}],
+     "sources[0].catalog.password_env"),
 ])
 def test_bad_sources_are_refused_naming_the_key(top: dict[str, Any], sources: Any, key: str) -> None:
     with pytest.raises(ConfigError) as e:
         _config(sources, **top)
     assert e.value.key == key
+
+
+SHARDS = [
+    {"name": "east", "topic_prefix": "east", "tables": {
+        "shop.orders": {"name": "orders", "discriminator": {"column": "shard", "value": "east"}}}},
+    {"name": "west", "topic_prefix": "west", "tables": {
+        "shop.orders": {"name": "orders", "discriminator": {"column": "shard", "value": "west"}}}},
+    {"name": "tenants", "topic_prefix": "tn", "tables": {
+        "t1.users": {"name": "users", "unique_keys": True}, "t2.users": {"name": "users", "unique_keys": True}}},
+]
+
+
+def test_declared_shards_share_one_table_and_others_still_collide() -> None:
+    config = _config(SHARDS)
+
+    routes = check_routes(config, ["east.shop.orders", "west.shop.orders", "tn.t1.users", "tn.t2.users"])
+
+    assert [(r.topic, r.qualified_name, r.merged) for r in routes] == [
+        ("east.shop.orders", "lake.orders", True), ("tn.t1.users", "lake.users", True),
+        ("tn.t2.users", "lake.users", True), ("west.shop.orders", "lake.orders", True),
+    ]
+    assert route_topic("west.shop.orders", config).discriminator == DiscriminatorConfig("shard", "west")
+    # an undeclared topic whose derived name is a merged table's is still refused
+    collide = _config([{"name": "tenants", "topic_prefix": "tn", "tables": {
+        "t1.users": {"name": "x_users", "unique_keys": True}, "t2.users": {"name": "x_users", "unique_keys": True}}},
+        {"name": "other", "topic_prefix": "other"}])
+    with pytest.raises(ConfigError) as e:
+        check_routes(collide, ["tn.t1.users", "other.x.users"])
+    assert e.value.key == 'sources[1].tables."x.users".name'
+
+
+def test_partitions_found_in_the_catalog_route_to_their_partitioned_table() -> None:
+    config = _config([{"name": "pg", "topic_prefix": "pg", "tables": {
+        "public.payment": {"name": "payments", "partition_by": "month(paid_at)"}}}])
+    roots = {"pg": {("public", "payment_p2024_01"): ("public", "payment"),
+                    ("public", "payment_p2024_02"): ("public", "payment")}}
+
+    routes = check_routes(config, ["pg.public.payment", "pg.public.payment_p2024_01", "pg.public.payment_p2024_02",
+                                   "pg.public.payment_old"], roots)
+
+    by_topic = {r.topic: r for r in routes}
+    assert {r.qualified_name for t, r in by_topic.items() if t != "pg.public.payment_old"} == {"lake.payments"}
+    part = by_topic["pg.public.payment_p2024_01"]
+    assert (part.source_key, part.source_partition, part.partition) == (
+        "public.payment", "public.payment_p2024_01", by_topic["pg.public.payment"].partition)
+    # not in the catalog (e.g. detached): a table of its own, whatever its name looks like
+    assert by_topic["pg.public.payment_old"].qualified_name == "lake.public_payment_old"
+    # without the catalog's word, a partition's topic is a table of its own
+    assert route_topic("pg.public.payment_p2024_01", config).qualified_name == "lake.public_payment_p2024_01"
+    # roots of another source do not apply
+    assert route_topic("pg.public.payment_p2024_01", config, {"other": roots["pg"]}).source_partition is None
