@@ -23,6 +23,7 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType, StructType
 from pyspark.sql.utils import AnalysisException, CapturedException
 
 from app.bronze import write_bronze
@@ -535,6 +536,37 @@ def _plans_per_table(topic_plans: list[TablePlan], config: JobConfig) -> list[Ta
     return [group[0] if len(group) == 1 else _merged_plan(group) for group in grouped.values()]
 
 
+def check_merge_types(table: str, schemas: list[tuple[str, StructType]]) -> None:
+    """Topics merged into one table must agree on each column's type, up to widening within one numeric family
+    (integers, decimals, floating point), which a source's schema change brings (a partition's events written
+    before an ALTER, another's after). Spark's union would also turn an int and a string into a string: refused.
+
+    Raises:
+        EnvelopeError: names the table, the column, both topics and both types.
+    """
+    seen: dict[str, tuple[str, DataType]] = {}
+    for topic, schema in schemas:
+        for f in schema.fields:
+            if f.name not in seen:
+                seen[f.name] = (topic, f.dataType)
+                continue
+            other_topic, other = seen[f.name]
+            # simpleString leaves out nullability (an array's containsNull, a struct field's nullable)
+            if other.simpleString() != f.dataType.simpleString() and not any(
+                isinstance(other, family) and isinstance(f.dataType, family)
+                for family in _WIDENING_FAMILIES
+            ):
+                raise EnvelopeError(
+                    f"{table}: column {f.name} is {other.simpleString()} in {other_topic} but "
+                    f"{f.dataType.simpleString()} in {topic}; the topics merged into one table must agree (give "
+                    f"one its own table name, or align the source columns)"
+                )
+
+
+# Explicit classes: in PySpark DecimalType is a FractionalType too, and decimal + double must not widen.
+_WIDENING_FAMILIES: tuple[tuple[type[DataType], ...], ...] = ((IntegralType,), (DecimalType,), (FloatType, DoubleType))
+
+
 def _merged_plan(plans: list[TablePlan]) -> TablePlan:
     """The plans of several topics feeding one table, as one: events unioned by column name (a column one
     topic lacks is null in its rows), each tagged with its topic; offsets, counts and schema ids added up.
@@ -549,16 +581,17 @@ def _merged_plan(plans: list[TablePlan]) -> TablePlan:
             f"{first.route.qualified_name}: topics {', '.join(p.route.topic for p in plans)} feed one table but "
             f"their record keys differ: {sorted(keys)}"
         )
-    with_events = [p for p in plans if p.events_df is not None]
+    tagged = [(p.route.topic, p.events_df.withColumn(TOPIC_COL, F.lit(p.route.topic)))
+              for p in plans if p.events_df is not None]
+    check_merge_types(first.route.qualified_name, [(topic, df.schema) for topic, df in tagged])
     events_df = None
-    if with_events:
-        tagged = [p.events_df.withColumn(TOPIC_COL, F.lit(p.route.topic)) for p in with_events if p.events_df]
+    if tagged:
         try:
-            events_df = _union(tagged)
+            events_df = _union(df for _, df in tagged)
         except AnalysisException as e:
             raise EnvelopeError(
-                f"{first.route.qualified_name}: topics {', '.join(p.route.topic for p in with_events)} feed one "
-                f"table but disagree on a column's type: {e}"
+                f"{first.route.qualified_name}: topics {', '.join(t for t, _ in tagged)} feed one table but "
+                f"disagree on a column's type: {e}"
             ) from e
     summary = _TopicSummary()
     stats = TableBatchStats(first.stats.table, topics=[p.route.topic for p in plans])
