@@ -6,8 +6,19 @@ from pyspark.sql import DataFrame, SparkSession
 from app.config import KafkaConfig
 
 
+def subscribe_pattern(topic_pattern: str) -> str:
+    """`kafka.topic_pattern` anchored to the whole topic name.
+
+    Spark's `subscribePattern` looks for the regex anywhere in a topic name (Scala's `Regex.findFirstIn` in
+    spark-sql-kafka's SubscribePatternStrategy), so `crm\\..*` alone would also subscribe `xcrm.a.b`, and the job
+    would then stop on a topic of no source. Anchored, it means what the rest of the job reads it as
+    (app/resume.py's `fullmatch`).
+    """
+    return f"^(?:{topic_pattern})$"
+
+
 def read_kafka(spark: SparkSession, kafka: KafkaConfig, starting_offsets: str | None = None) -> DataFrame:
-    """Subscribe to the topic pattern; rows keep key, value and header bytes as read.
+    """Subscribe to the topics whose whole name matches the pattern; rows keep key, value and header bytes as read.
 
     `starting_offsets` (Spark's JSON, app/resume.py) overrides `kafka.starting_offsets` for a start without a
     checkpoint over existing tables; a checkpoint always wins over both.
@@ -15,7 +26,7 @@ def read_kafka(spark: SparkSession, kafka: KafkaConfig, starting_offsets: str | 
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("subscribePattern", kafka.topic_pattern)
+        .option("subscribePattern", subscribe_pattern(kafka.topic_pattern))
         .option("startingOffsets", starting_offsets or kafka.starting_offsets)
         .option("includeHeaders", "true")
         .option("failOnDataLoss", str(kafka.fail_on_data_loss).lower())

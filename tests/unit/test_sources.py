@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from app.config import DiscriminatorConfig, JobConfig, TableConfig, parse_config
 from app.errors import ConfigError, EnvelopeError
 from app.route import check_owner, check_routes, route_topic
+from app.source import subscribe_pattern
 
 LAKE = {"database": "lake", "silver_path": "/l/silver", "bronze_path": "/l/bronze", "checkpoint_path": "/l/cp"}
 
@@ -222,3 +224,20 @@ def test_partitions_found_in_the_catalog_route_to_their_partitioned_table() -> N
     assert route_topic("pg.public.payment_p2024_01", config).qualified_name == "lake.public_payment_p2024_01"
     # roots of another source do not apply
     assert route_topic("pg.public.payment_p2024_01", config, {"other": roots["pg"]}).source_partition is None
+
+
+def test_the_topic_pattern_is_matched_against_the_whole_topic_name(spark: SparkSession) -> None:
+    """Spark's subscribePattern finds its regex anywhere in a name (Scala's Regex.findFirstIn, i.e. Java's
+    Matcher.find): the job anchors kafka.topic_pattern, so a topic that merely contains a match is not read."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+
+    def subscribed(pattern: str, topic: str) -> bool:
+        return bool(jvm.java.util.regex.Pattern.compile(pattern).matcher(topic).find())
+
+    pattern = r"td1\.[^.]+\.[^.]+"
+    assert subscribed(pattern, "ptd1.ptd_1.debezium_signal")  # what Spark alone would do
+    assert not subscribed(subscribe_pattern(pattern), "ptd1.ptd_1.debezium_signal")
+    assert not subscribed(subscribe_pattern(pattern), "td1.a.b.c")
+    assert subscribed(subscribe_pattern(pattern), "td1.a.b")
+    assert subscribed(subscribe_pattern("a|b"), "b") and not subscribed(subscribe_pattern("a|b"), "ab")
