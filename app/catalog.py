@@ -13,7 +13,6 @@ a partition created while the job runs is known from the next batch on.
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Final
 
@@ -23,8 +22,6 @@ from pyspark.sql.utils import CapturedException
 
 from app.config import JobConfig, SourceCatalogConfig
 from app.errors import ConfigError, java_root_cause
-
-log = logging.getLogger(__name__)
 
 SourceTable = tuple[str, str]  # (schema, table)
 # Per source label: partition -> its partitioned root table.

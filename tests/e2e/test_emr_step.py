@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
 from tests.support.cdc import debezium_connector, wait_for_records
-from tests.support.pipeline import source_schema
+from tests.support.pipeline import source_schema, spark_submit_conf
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -52,17 +52,7 @@ def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
 
 def job_conf(lake: str, warehouse: Path) -> bytes:
     """conf/local.yaml on this test's topics and lake; no jars_dir (the step's --jars bring the jars, as on EMR)."""
-    raw = yaml.safe_load(LOCAL_CONF.read_text())
-    raw["kafka"].update({"topic_pattern": PREFIX + r"\.[^.]+\.[^.]+", "max_offsets_per_trigger": None})
-    raw.pop("sources", None)
-    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId"}
-    raw["lake"].update({
-        "database": DATABASE, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
-        "checkpoint_path": f"{lake}/checkpoint",
-    })
-    raw["metastore"]["warehouse_path"] = str(warehouse)
-    raw["spark"].pop("jars_dir")
-    return yaml.safe_dump(raw).encode()
+    return spark_submit_conf(PREFIX, DATABASE, lake, str(warehouse))
 
 
 def local_step_args(jars: list[str]) -> list[str]:

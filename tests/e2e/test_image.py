@@ -21,12 +21,11 @@ from typing import Any
 import boto3
 import psycopg
 import pytest
-import yaml
 from pyspark.sql import SparkSession
 
-from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
+from tests.conftest import ROOT, RUN_ID
 from tests.support.cdc import debezium_connector, wait_for_records
-from tests.support.pipeline import source_schema
+from tests.support.pipeline import source_schema, spark_submit_conf
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -82,17 +81,7 @@ def image_config(tag: str, field: str) -> str:
 def job_conf(lake: str) -> bytes:
     """conf/local.yaml on this test's topics and lake. No jars_dir (the entrypoint's --jars bring the image's jars);
     the metastore's warehouse folder inside the image, under the run's fresh /tmp."""
-    raw = yaml.safe_load(LOCAL_CONF.read_text())
-    raw["kafka"].update({"topic_pattern": PREFIX + r"\.[^.]+\.[^.]+", "max_offsets_per_trigger": None})
-    raw.pop("sources", None)
-    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId"}
-    raw["lake"].update({
-        "database": DATABASE, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
-        "checkpoint_path": f"{lake}/checkpoint",
-    })
-    raw["metastore"]["warehouse_path"] = "/tmp/warehouse"
-    raw["spark"].pop("jars_dir")
-    return yaml.safe_dump(raw).encode()
+    return spark_submit_conf(PREFIX, DATABASE, lake, "/tmp/warehouse")
 
 
 def run_image(args: list[str], log: Path) -> int:

@@ -7,12 +7,14 @@ from contextlib import contextmanager
 from typing import Self
 
 import psycopg
+import yaml
 from pyspark.sql import SparkSession
 
 from app.batch import BatchProcessor
 from app.config import JobConfig
 from app.main import await_query, start_query
 from app.registry import RegistryClient
+from tests.conftest import LOCAL_CONF
 from tests.support.cdc import PG_DSN
 
 
@@ -40,3 +42,20 @@ def source_schema(schema: str, ddl: str) -> Iterator[psycopg.Connection]:
         conn.execute(ddl)
         yield conn
         conn.execute(f"drop schema if exists {schema} cascade")
+
+
+def spark_submit_conf(prefix: str, database: str, lake: str, warehouse: str) -> bytes:
+    """conf/local.yaml as YAML for a job run by spark-submit (an EMR step, the image): one source on `prefix`'s
+    topics (the tests' connectors' framing), its own database, lake and metastore warehouse folder, and no
+    `jars_dir` (the command line brings the jars)."""
+    raw = yaml.safe_load(LOCAL_CONF.read_text())
+    raw["kafka"].update({"topic_pattern": prefix + r"\.[^.]+\.[^.]+", "max_offsets_per_trigger": None})
+    raw.pop("sources", None)
+    raw["source"] = {"topic_prefix": prefix, "framing": "id4", "id_type": "contentId"}
+    raw["lake"].update({
+        "database": database, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
+        "checkpoint_path": f"{lake}/checkpoint",
+    })
+    raw["metastore"]["warehouse_path"] = warehouse
+    raw["spark"].pop("jars_dir")
+    return yaml.safe_dump(raw).encode()
