@@ -13,6 +13,7 @@ ledger write (when the batch deletes or re-inserts keys); the Hudi write.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections import defaultdict
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType, StructType
 from pyspark.sql.utils import AnalysisException, CapturedException
@@ -40,6 +41,7 @@ from app.pause import pause_point
 from app.position import CONNECTOR_KINDS, POSITION_COL, connector_kind
 from app.registry import RegistryClient, SchemaRef
 from app.route import TableRoute, check_owner, collision, route_topic
+from app.source import KAFKA_SCHEMA
 from app.types import placeholder_tests, reader_schema, with_debezium_types
 from app.unavailable import filter_current_rows, is_pending, is_unresolved, with_current_rows
 from app.unwrap import (
@@ -254,13 +256,7 @@ class BatchProcessor:
             raise EnvelopeError(
                 f"{topic}: writer schemas {sorted(summary.value_ids)} in one batch disagree on column types: {e}"
             ) from e
-        if discriminator is not None and discriminator.value is not None:
-            events_df = events_df.withColumn(discriminator.column, F.lit(discriminator.value))
-        elif discriminator is not None and discriminator.column not in events_df.columns:
-            raise EnvelopeError(
-                f"{topic}: has no column {discriminator.column!r}, its discriminator "
-                f"(tables.{route.source_key}.discriminator of source {route.source}); set a value to add it"
-            )
+        events_df = _with_discriminator(events_df, route)
         carry = sorted({c for s in slices for c in s.placeholder_columns})
         if target is not None and target.delete_mode == "soft":
             value_columns = list(dict.fromkeys(c for s in slices for c in s.value_columns))
@@ -331,11 +327,12 @@ class BatchProcessor:
         # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
         judged_df = plan.judged_df(ledger_df).persist()
         try:
-            counts = _count(judged_df)
+            sources = plan.topics_per_source()
+            counts = _count(judged_df, sources)
             if counts["pending"]:  # rare: a TOAST placeholder or a soft delete among the rows to write
                 current_df = spark.read.format("hudi").load(target.path) if table_exists(spark, target.path) else None
                 carried_df = plan.carried_df(judged_df, current_df).persist()
-                counts = _count(carried_df)  # materialises the carried rows before their source is released
+                counts = _count(carried_df, sources)  # materialises the carried rows before their source is released
                 judged_df.unpersist()
                 judged_df = carried_df
             stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
@@ -360,7 +357,8 @@ class BatchProcessor:
                 raise EnvelopeError(
                     f"{route.qualified_name} (tables.{route.source_schema}.{route.source_table}.partition_by): {e}"
                 ) from e
-            extra = commit_metadata(batch_offsets, committed, counts["max_position"], plan.route.source_identity)
+            max_position = _max_position(counts, sources)
+            extra = commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity)
             write_silver(rows_df, target, batch_id, query_id, extra)
         finally:
             judged_df.unpersist()
@@ -386,9 +384,48 @@ class BatchProcessor:
             )
         plan.stats.skipped = plan.summary.rows_in
 
+    def check_merges_at_start(self, spark: SparkSession, routes: list[TableRoute]) -> None:
+        """Refuse, before the first batch, topics merged into one table whose latest value schemas disagree on a
+        column's type (`check_merge_types`). The schemas are the topics' latest versions in the registry
+        (`<topic>-value`), turned into Silver columns by the very code a batch runs, on an empty frame; a topic
+        with none registered yet is checked by its first batch. Checked: declared shards. The partitions of one
+        partitioned table have its columns (PostgreSQL refuses anything else), so their topics are left to the
+        batch check, which every merged batch runs.
+
+        Raises:
+            EnvelopeError: names the table, the column, both topics and both types.
+        """
+        by_table: dict[str, list[TableRoute]] = defaultdict(list)
+        for route in routes:
+            by_table[route.qualified_name].append(route)
+        empty_df = None
+        for table, members in sorted(by_table.items()):
+            if len(members) < 2 or not any(r.merged for r in members):
+                continue
+            if empty_df is None:
+                framings = [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
+                empty_df = with_source_framings(spark.createDataFrame([], KAFKA_SCHEMA), framings)
+            schemas, unknown = [], []
+            for route in members:
+                artifact = f"{route.topic}-value"
+                schema_json = self.registry.latest_schema(artifact)
+                if schema_json is None:
+                    unknown.append(route.topic)
+                    continue
+                events_df = self._events_slice(empty_df, schema_json, route, f"{artifact} (latest)").events_df
+                schemas.append((route.topic, _with_discriminator(events_df, route).schema))
+            check_merge_types(table, schemas)
+            log.info("%s: %d merged topics agree on column types%s", table, len(schemas),
+                     f"; no schema registered yet for {', '.join(unknown)}" if unknown else "")
+
     def _decode_slice(self, topic_df: DataFrame, ref: SchemaRef, route: TableRoute) -> _Slice:
-        topic = route.topic
         schema_json = self.registry.get_schema(ref.id, ref.id_type)
+        slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
+        return self._events_slice(slice_df, schema_json, route, str(ref))
+
+    def _events_slice(self, slice_df: DataFrame, schema_json: str, route: TableRoute, ref: str) -> _Slice:
+        """Framed records of one writer schema -> its unwrapped, typed change events (lazy)."""
+        topic = route.topic
         try:
             top_fields = record_fields(schema_json)
         except ValueError as e:
@@ -417,7 +454,6 @@ class BatchProcessor:
             )
         placeholders = placeholder_tests(value_fields, schema_json)
         value_columns = [f["name"] for f in value_fields]
-        slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
         decoded_df = decode_value(slice_df, reader_schema(schema_json))
         if envelope:
             unwrapped_df = decoded_df.transform(filter_data_changes).transform(
@@ -488,6 +524,13 @@ class TablePlan:
     @property
     def topics(self) -> list[str]:
         return [r.topic for r in self.routes]
+
+    def topics_per_source(self) -> dict[str, list[str]]:
+        """The plan's topics by source label: positions compare only within one source server."""
+        per_source: dict[str, list[str]] = {}
+        for route in self.routes:
+            per_source.setdefault(route.source, []).append(route.topic)
+        return per_source
 
     def not_applied(self, committed: Committed) -> Column:
         """The events above the offsets `committed` records, of each of the plan's topics."""
@@ -610,6 +653,25 @@ def _merged_plan(plans: list[TablePlan]) -> TablePlan:
                      routes=tuple(p.route for p in plans))
 
 
+def _with_discriminator(events_df: DataFrame, route: TableRoute) -> DataFrame:
+    """The shard's discriminator column: its configured value, else the source's own column (which must exist).
+
+    Raises:
+        EnvelopeError: the source table has no such column and no value is configured.
+    """
+    discriminator = route.discriminator
+    if discriminator is None:
+        return events_df
+    if discriminator.value is not None:
+        return events_df.withColumn(discriminator.column, F.lit(discriminator.value))
+    if discriminator.column not in events_df.columns:
+        raise EnvelopeError(
+            f"{route.topic}: has no column {discriminator.column!r}, its discriminator "
+            f"(tables.{route.source_key}.discriminator of source {route.source}); set a value to add it"
+        )
+    return events_df
+
+
 def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
     # The Value record is defined inline in whichever of before/after comes first; the other names it.
     try:
@@ -618,10 +680,16 @@ def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
         return record_fields(envelope_schema_json, "after")
 
 
-def _count(judged_df: DataFrame) -> dict[str, Any]:
+def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """Events, and among the latest per key: upserts, deletes, blocked, re-inserts, pending (to be written but
-    lacking a value), unresolved, and the highest position written. One aggregate."""
+    lacking a value), unresolved, and the highest position written (`max_position`; with several `sources`,
+    {label: topics}, one per source as `max_position:<label>`). One aggregate."""
     latest, deleted, blocked = F.col(LATEST_COL), is_delete(judged_df.columns), F.col(BLOCKED_COL)
+    per_source = [
+        F.max(F.when(latest & ~blocked & F.col(TOPIC_COL).isin(topics), F.col(POSITION_COL)))
+        .alias(f"max_position:{label}")
+        for label, topics in (sources or {}).items()
+    ] if sources and len(sources) > 1 else []
     row = judged_df.agg(
         F.count(F.lit(1)).alias("events"),
         F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
@@ -631,9 +699,21 @@ def _count(judged_df: DataFrame) -> dict[str, Any]:
         F.count(F.when(latest & ~blocked & is_pending(), 1)).alias("pending"),
         F.count(F.when(latest & ~blocked & is_unresolved(), 1)).alias("unresolved"),
         F.max(F.when(latest & ~blocked, F.col(POSITION_COL))).alias("max_position"),
+        *per_source,
     ).first()
     assert row is not None  # a global aggregate always returns one row
     return row.asDict()
+
+
+def _max_position(counts: dict[str, Any], sources: dict[str, list[str]]) -> str | None:
+    """`_cdc.max_position` (app/commit.py): the highest position written; for a table fed by several source
+    servers, whose positions do not compare, JSON {source label: its highest position}."""
+    if len(sources) < 2:
+        value = counts["max_position"]
+        return None if value is None else str(value)
+    per_source = {label: counts[f"max_position:{label}"] for label in sorted(sources)}
+    written = {label: str(value) for label, value in per_source.items() if value is not None}
+    return json.dumps(written, separators=(",", ":")) if written else None
 
 
 def _union(frames: Iterable[DataFrame]) -> DataFrame:

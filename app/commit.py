@@ -5,7 +5,9 @@ Every Silver commit carries, in its extra metadata (Hudi copies write options wi
     _cdc.offsets      the Kafka offsets this commit applied, per topic and partition: {"t": {"0": [first, last]}}
     _cdc.committed    every offset of the table's topics applied so far: {"t": {"0": last}} (this commit's
                       offsets merged into the previous commit's)
-    _cdc.max_position the highest source position (`_cdc_position`) among the events written
+    _cdc.max_position the highest source position (`_cdc_position`) among the events written; a table fed by
+                      several source servers (shards), whose positions do not compare, records JSON
+                      {"<source>": position} instead
     _cdc.source_table the source table whose rows the Silver table holds (`<source>:<schema>.<table>`; a
                       partition's rows count as their partitioned table's), or `merged` for declared shards
     _cdc.batch_id, _cdc.query_id  Spark's batch id and query id, for people (batch ids restart when a
@@ -59,6 +61,7 @@ class Committed:
     instant: str
     last: Mapping[TopicPartition, int]
     source_table: str | None = None  # None: written before commits recorded it
+    max_position: str | None = None  # `_cdc.max_position` of that commit
 
     def covers(self, batch: OffsetRanges) -> bool:
         """Every offset of the batch was applied already."""
@@ -101,10 +104,12 @@ def _per_topic_json(values: Mapping[TopicPartition, Any]) -> str:
     return json.dumps(nested, separators=(",", ":"))
 
 
-def parse_committed(instant: str, text: str, source_table: str | None = None) -> Committed:
+def parse_committed(
+    instant: str, text: str, source_table: str | None = None, max_position: str | None = None
+) -> Committed:
     nested = json.loads(text)
     last = {(t, int(p)): int(o) for t, parts in nested.items() for p, o in parts.items()}
-    return Committed(instant, last, source_table)
+    return Committed(instant, last, source_table, max_position)
 
 
 def commit_metadata(
@@ -141,6 +146,8 @@ def last_committed(spark: SparkSession, table_path: str) -> Committed | None:
         value = metadata.getMetadata(COMMITTED_KEY)
         if value:
             source_table = metadata.getMetadata(SOURCE_TABLE_KEY)
+            max_position = metadata.getMetadata(MAX_POSITION_KEY)
             instant_time = str(instant.requestedTime())
-            return parse_committed(instant_time, str(value), str(source_table) if source_table else None)
+            return parse_committed(instant_time, str(value), str(source_table) if source_table else None,
+                                   str(max_position) if max_position else None)
     return None

@@ -18,12 +18,13 @@ class ConfigError(PipelineError):
 class RegistryError(PipelineError):
     """A schema could not be fetched from the registry."""
 
-    def __init__(self, schema_id: int, url: str, message: str, http_status: int | None = None) -> None:
-        self.schema_id = schema_id
+    def __init__(self, schema_id: int | str, url: str, message: str, http_status: int | None = None) -> None:
+        self.schema_id = schema_id  # an id, or an artifact's name (its latest version)
         self.url = url
         self.http_status = http_status
         status = f" (HTTP {http_status})" if http_status is not None else ""
-        super().__init__(f"schema id {schema_id} at {url}{status}: {message}")
+        what = f"schema id {schema_id}" if isinstance(schema_id, int) else f"schema {schema_id!r}"
+        super().__init__(f"{what} at {url}{status}: {message}")
 
 
 class RegistryAuthError(PipelineError):

@@ -84,6 +84,7 @@ def start_query(
 
     Raises:
         ConfigError: two of the subscribed topics map to one Silver table (app/route.py).
+        EnvelopeError: topics merged into one table disagree on a column's type (their latest schemas).
         ResumeError: the checkpoint is missing and the tables record no offsets.
     """
     if config.lake.checkpoint_path.startswith("s3a://"):
@@ -94,6 +95,7 @@ def start_query(
     routes = check_routes(config, partitions, all_partition_roots(spark, config))
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
              ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
+    processor.check_merges_at_start(spark, routes)
     writer = (
         read_kafka(spark, config.kafka, resume_offsets(spark, config, conf_file, from_starting_offsets))
         .writeStream.foreachBatch(processor.process)

@@ -6,6 +6,11 @@ step asks this client for the Avro schema text behind that id. Three APIs serve 
 - ccompat: `GET /apis/ccompat/v7/schemas/ids/<id>`, JSON `{"schema": <text>}`. The id is a contentId unless the
   registry runs in legacy-id mode (`apicurio.ccompat.legacy-id-mode.enabled=true`), where it is a globalId:
   the client cannot tell, so a globalId lookup on ccompat relies on that mode (README "Registry").
+A topic's latest value schema, by artifact name (`<topic>-value` in group `default`, the converters' topic-id
+strategy), serves the checks made at start (app/batch.py `check_merges_at_start`):
+- v3: `GET /apis/registry/v3/groups/<group>/artifacts/<name>/versions/branch=latest/content`;
+- v2: `GET /apis/registry/v2/groups/<group>/artifacts/<name>`;
+- ccompat: `GET /apis/ccompat/v7/subjects/<name>/versions/latest`, JSON `{"schema": <text>, ...}`.
 Authentication: none, HTTP Basic, or OIDC client credentials (app/auth.py). The client runs on the driver only.
 """
 from __future__ import annotations
@@ -16,6 +21,7 @@ import threading
 import time
 from types import TracebackType
 from typing import NamedTuple
+from urllib.parse import quote
 
 import requests
 from requests.auth import AuthBase
@@ -31,6 +37,7 @@ ID_TYPE_CONTENT = "contentId"
 ID_TYPE_GLOBAL = "globalId"
 # Apicurio's own APIs serve the raw content of an id under /ids/<kind>s/<id>; the framing's id type picks the kind.
 ID_PATHS = {ID_TYPE_CONTENT: "contentIds", ID_TYPE_GLOBAL: "globalIds"}
+DEFAULT_GROUP = "default"
 MAX_BACKOFF_S = 10.0
 HTTP_OK = 200
 HTTP_UNAUTHORIZED = 401
@@ -143,6 +150,27 @@ class RegistryClient:
             return f"{self.base_url}{API_PATHS['ccompat']}/schemas/ids/{schema_id}"
         return f"{self.base_url}{API_PATHS[self.api]}/ids/{ID_PATHS[id_type]}/{schema_id}"
 
+    def latest_url(self, artifact_id: str, group: str = DEFAULT_GROUP) -> str:
+        """Return the URL that serves the latest version of an artifact (a subject, on ccompat)."""
+        name = quote(artifact_id, safe="")
+        if self.api == "ccompat":
+            return f"{self.base_url}{API_PATHS['ccompat']}/subjects/{name}/versions/latest"
+        artifact = f"{self.base_url}{API_PATHS[self.api]}/groups/{quote(group, safe='')}/artifacts/{name}"
+        return f"{artifact}/versions/branch=latest/content" if self.api == "v3" else artifact
+
+    def latest_schema(self, artifact_id: str, group: str = DEFAULT_GROUP) -> str | None:
+        """Return the schema text of an artifact's latest version, such as `<topic>-value`; None when the
+        registry has no such artifact. Not cached: a later version may be registered at any time.
+
+        Raises:
+            RegistryError: as get_schema, naming the artifact.
+        """
+        url = self.latest_url(artifact_id, group)
+        text = self._fetch(artifact_id, url, missing_ok=True)
+        if text is None:
+            return None
+        return self._schema_text(artifact_id, url, text)
+
     def get_schema(self, schema_id: int, id_type: str = ID_TYPE_CONTENT) -> str:
         """Return the Avro schema text of an id, from the cache or else from the registry.
 
@@ -166,14 +194,19 @@ class RegistryClient:
             return cached
         url = self.schema_url(schema_id, id_type)
         text = self._fetch(schema_id, url)
+        assert text is not None  # a 404 raised
+        text = self._schema_text(schema_id, url, text)
+        with self._lock:
+            return self._cache.setdefault(key, text)
+
+    def _schema_text(self, schema_id: int | str, url: str, text: str) -> str:
         try:
             if self.api == "ccompat":
                 text = _ccompat_schema(json.loads(text))
             json.loads(text)
         except (ValueError, KeyError, TypeError) as e:
             raise RegistryError(schema_id, url, f"content is not JSON, so not an Avro schema: {e}") from e
-        with self._lock:
-            return self._cache.setdefault(key, text)
+        return text
 
     def close(self) -> None:
         """Close the HTTP session if the client created it; a session passed in is left to its owner."""
@@ -191,7 +224,7 @@ class RegistryClient:
     ) -> None:
         self.close()
 
-    def _fetch(self, schema_id: int, url: str) -> str:
+    def _fetch(self, schema_id: int | str, url: str, *, missing_ok: bool = False) -> str | None:
         attempts = self._retries + 1
         reason = ""
         status: int | None = None
@@ -202,7 +235,7 @@ class RegistryClient:
             if attempt:
                 delay = min(self._backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S)
                 log.warning(
-                    "schema id %s at %s: attempt %s of %s failed (%s); retrying in %.2f s",
+                    "schema %s at %s: attempt %s of %s failed (%s); retrying in %.2f s",
                     schema_id,
                     url,
                     attempt,
@@ -225,6 +258,8 @@ class RegistryClient:
             if status == HTTP_OK:
                 return _decode(schema_id, url, response)
             if status == HTTP_NOT_FOUND:
+                if missing_ok:
+                    return None
                 raise RegistryError(schema_id, url, "unknown schema id", status)
             if status == HTTP_UNAUTHORIZED and isinstance(self.auth, ClientCredentials) and not renewed:
                 # A token revoked or expired early: renew it once, without spending a retry.
@@ -250,7 +285,7 @@ def _ccompat_schema(body: object) -> str:
     return str(body["schema"])
 
 
-def _decode(schema_id: int, url: str, response: requests.Response) -> str:
+def _decode(schema_id: int | str, url: str, response: requests.Response) -> str:
     # Apicurio serves /ids/contentIds/<id> as application/octet-stream with no charset, so requests would guess
     # the encoding; JSON (and so an Avro schema) is UTF-8.
     try:

@@ -1,9 +1,35 @@
 """Source: the Kafka topics of one Debezium connector, as a streaming DataFrame of raw records."""
 from __future__ import annotations
 
+from typing import Final
+
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from app.config import KafkaConfig
+
+# The columns of a Kafka source read with includeHeaders (spark-sql-kafka), as foreachBatch receives them.
+KAFKA_SCHEMA: Final = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+    StructField("headers", ArrayType(StructType([
+        StructField("key", StringType()), StructField("value", BinaryType()),
+    ]))),
+])
 
 
 def subscribe_pattern(topic_pattern: str) -> str:

@@ -235,3 +235,24 @@ def test_no_credentials_against_an_open_registry_send_no_authorization(
         client.get_schema(registered.content_id)
 
     assert proxy.request_count == 1
+
+
+def test_latest_schema_is_the_newest_version_of_the_artifact(api: str) -> None:
+    first = _avro_schema()
+    artifact = _register(first)["artifactId"]
+    with RegistryClient(REGISTRY_URL, api) as client:
+        assert client.latest_schema(artifact) == first
+        newer = _avro_schema()
+        response = requests.post(
+            f"{ARTIFACTS_URL}/{artifact}/versions",
+            json={"content": {"content": newer, "contentType": "application/json"}},
+            timeout=10,
+        )
+        response.raise_for_status()
+        assert client.latest_schema(artifact) == newer  # not cached: a topic's schema moves on
+
+
+def test_latest_schema_of_an_unknown_artifact_is_none_at_once(proxy: CountingProxy, api: str) -> None:
+    with RegistryClient(proxy.url, api, retries=3, backoff_s=FAST_BACKOFF_S) as client:
+        assert client.latest_schema(f"no-such-topic-{uuid.uuid4().hex}-value") is None
+    assert proxy.request_count == 1

@@ -34,9 +34,13 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from app.batch import BatchProcessor
+from app.commit import last_committed
 from app.config import DiscriminatorConfig, JobConfig, SourceCatalogConfig, SourceConfig, TableConfig
 from app.connect import PublicationModeError, check_publication_mode
+from app.errors import EnvelopeError
 from app.main import start_query
+from app.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import (
     KAFKA_BOOTSTRAP,
@@ -349,9 +353,56 @@ def test_two_source_databases_with_overlapping_keys_merge_apart_by_a_discriminat
     assert silver.groupBy("source_db", "id").count().filter("count > 1").count() == 0
     assert {t for batch in pipeline.processor.history for t in batch} == {f"{config.lake.database}.orders"}
     assert _silver_tables(spark, config) == ["orders"]
+    # Positions of two servers do not compare: the commit records the highest of each source.
+    committed = last_committed(spark, config.lake.table_path("orders"))
+    assert committed is not None and committed.max_position is not None
+    positions = json.loads(committed.max_position)
+    assert sorted(positions) == ["maria", "pg"], positions
+    assert positions["pg"] != positions["maria"]
 
 
 def _maria_rows(maria: pymysql.Connection) -> list[tuple[Any, ...]]:
     with maria.cursor() as cur:
         cur.execute(f"select id, item, price, placed from {SHARD_MARIA}.orders")
         return [(i, item, None if price is None else Decimal(price), placed) for i, item, price, placed in cur]
+
+
+def test_shards_whose_column_types_disagree_are_refused_at_start(
+    spark: SparkSession, local_config: JobConfig, lake_root: str
+) -> None:
+    """Two PostgreSQL schemas' `orders`, declared shards of one table, where `price` is numeric in one and text in
+    the other: the job refuses at start, from the topics' latest schemas in the registry, before Bronze or any
+    table is written."""
+    a, b, prefix = f"sta_{RUN_ID}", f"stb_{RUN_ID}", f"st{RUN_ID}"
+    ddl_a = f"""create schema {a}; create table {a}.orders (id int primary key, price numeric(10,2), placed date);
+insert into {a}.orders values (1, 1.50, '2024-01-01');"""
+    ddl_b = f"""create schema {b}; create table {b}.orders (id int primary key, price text, placed date);
+insert into {b}.orders values (1, 'one fifty', '2024-01-01');"""
+    lake = f"{lake_root}/shard_types"
+    base = job_config_for(local_config, prefix, f"shard_types_{RUN_ID}", lake)
+    assert base.source is not None
+
+    def shard(value: str) -> TableConfig:
+        return TableConfig(name="orders", discriminator=DiscriminatorConfig("shard", value))
+
+    source = dataclasses.replace(base.source, connector="postgresql",
+                                 tables={f"{a}.orders": shard("a"), f"{b}.orders": shard("b")})
+    config = dataclasses.replace(base, source=None, sources=[source])
+    with source_schema(a, ddl_a), source_schema(b, ddl_b), debezium_connector(f"st-{RUN_ID}", prefix, [a, b]):
+        read_topic(f"{prefix}.{a}.orders", min_records=1, timeout_s=90)
+        read_topic(f"{prefix}.{b}.orders", min_records=1, timeout_s=90)
+        with pytest.raises(EnvelopeError) as refused:
+            start_query(spark, config, BatchProcessor(config, RegistryClient.from_config(config.registry)),
+                        available_now=True)
+    message = str(refused.value)
+    assert "column price is decimal(10,2)" in message and "but string in" in message, message
+    assert f"{prefix}.{a}.orders" in message and f"{prefix}.{b}.orders" in message, message
+    assert not _exists(spark, config.lake.table_path("orders")) and not _exists(spark, config.lake.bronze_path)
+    assert not _exists(spark, config.lake.checkpoint_path)
+
+
+def _exists(spark: SparkSession, location: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    return bool(path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(path))

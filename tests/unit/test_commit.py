@@ -63,6 +63,7 @@ def test_the_newest_commit_with_offsets_is_found_past_compaction(spark: SparkSes
         _write(spark, target, range(3), n, commit_metadata(batch, committed, f"{n:08d}"))
         committed = last_committed(spark, target.path)
         assert committed is not None and dict(committed.last) == {("topic", 0): last}
+        assert committed.max_position == f"{n:08d}"
         if n == 2:
             # The second delta commit compacted inline: the newest completed instant is that compaction's
             # `commit`, which records no offsets, and was passed over.
