@@ -40,8 +40,9 @@ from app.partitioning import with_partition_field
 from app.pause import pause_point
 from app.position import CONNECTOR_KINDS, POSITION_COL, connector_kind
 from app.registry import RegistryClient, SchemaRef
-from app.route import TableRoute, check_owner, collision, route_topic
+from app.route import TableRoute, check_owner, collision, route_topic, skip_reason
 from app.source import KAFKA_SCHEMA
+from app.status import JobStatus, write_status
 from app.types import placeholder_tests, reader_schema, with_debezium_types
 from app.unavailable import filter_current_rows, is_pending, is_unresolved, with_current_rows
 from app.unwrap import (
@@ -81,7 +82,7 @@ class TableBatchStats:
     replayed: int = 0  # records whose offsets the table had committed already (a replayed batch)
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
-    topics: list[str] = field(default_factory=list)  # set when several topics feed the table
+    topics: list[str] = field(default_factory=list)  # set when the table is not just its topic's own
 
     def log_line(self, batch_id: int) -> str:
         fed_by = f"topics={','.join(self.topics)} " if self.topics else ""
@@ -103,6 +104,10 @@ class BatchProcessor:
         self.history: list[dict[str, TableBatchStats]] = []  # every batch this processor wrote
         self.failure: PipelineError | None = None
         self.roots: PartitionRoots = {}  # partitions -> partitioned tables, read per batch (app/catalog.py)
+        # The latest planned batch's topics that feed no table: topic -> (why, records, offsets per partition).
+        self.skipped: dict[str, tuple[str, int, dict[tuple[str, int], tuple[int, int]]]] = {}
+        self.status = JobStatus()  # app/status.py; written after every batch when `write_status` is on
+        self.write_status = False
 
     def process(self, batch_df: DataFrame, batch_id: int) -> None:
         """foreachBatch entry point.
@@ -122,19 +127,28 @@ class BatchProcessor:
         except PipelineError as e:
             log.error("batch=%s failed: %s: %s", batch_id, type(e).__name__, e)
             self.failure = e
+            self.status.failure = f"batch {batch_id}: {type(e).__name__}: {e}"
+            self._save_status(spark)
             raise
         finally:
             raw_df.unpersist()
 
+    def _save_status(self, spark: SparkSession) -> None:
+        if self.write_status:
+            write_status(spark, self.config, self.status)
+
     def _process(self, raw_df: DataFrame, batch_id: int, query_id: str, started: float) -> None:
         plans = self.plan_batch(raw_df)
-        if not plans:
+        for topic, (reason, records, _) in sorted(self.skipped.items()):
+            log.info("batch=%s skipped topic=%s records=%d: %s", batch_id, topic, records, reason)
+        if not plans and not self.skipped:
             log.info("batch=%s empty", batch_id)
             return
         names = [p.route.qualified_name for p in plans]
         pause_point("decode", batch_id=batch_id, tables=names)
         try:
             offsets = {tp: r for plan in plans for tp, r in plan.summary.offsets.items()}
+            offsets.update({tp: r for _, _, ranges in self.skipped.values() for tp, r in ranges.items()})
             bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets)
             if bronze.skipped:
                 log.info(
@@ -152,12 +166,17 @@ class BatchProcessor:
         pause_point("tables_committed", batch_id=batch_id, committed=names)
         self.last_stats = {p.stats.table: p.stats for p in plans}
         self.history.append(self.last_stats)
-        log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(plans), time.monotonic() - started)
+        duration_s = time.monotonic() - started
+        log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(plans), duration_s)
+        skipped = {topic: (reason, records) for topic, (reason, records, _) in self.skipped.items()}
+        self.status.record_batch(batch_id, [p.stats for p in plans], skipped, duration_s)
+        self._save_status(raw_df.sparkSession)
 
     def plan_batch(self, raw_df: DataFrame) -> list[TablePlan]:
         """What a batch writes, per table, without writing: the Silver frames and their targets.
 
         Runs one Spark action (the summary aggregate) and the registry look-ups; the returned frames are lazy.
+        Topics that feed no table (`app/route.skip_reason`) are left out and kept in `self.skipped`.
 
         Raises:
             SchemaDecodeError: a value lacks the framing.
@@ -166,6 +185,12 @@ class BatchProcessor:
         framings = [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
         framed_df = with_source_framings(raw_df, framings)
         summary = self._summarize(framed_df)
+        self.skipped = {}
+        for topic in list(summary):
+            reason = skip_reason(topic, self.config)
+            if reason is not None:
+                skipped = summary.pop(topic)
+                self.skipped[topic] = (reason, skipped.rows_in, skipped.offsets)
         self.roots = all_partition_roots(raw_df.sparkSession, self.config)
         self._check_framing(framed_df, summary)
         topic_plans = [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
@@ -227,7 +252,8 @@ class BatchProcessor:
 
     def _plan_topic(self, framed_df: DataFrame, topic: str, summary: _TopicSummary) -> TablePlan:
         route = route_topic(topic, self.config, self.roots)
-        stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids))
+        stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids),
+                                topics=[topic] if route.source_partition or route.merged else [])
         stats.skipped = summary.tombstones
         if not summary.value_ids:  # only tombstones
             return TablePlan(route, None, None, None, stats, summary)

@@ -71,3 +71,7 @@ def java_root_cause(exc: BaseException) -> str:
 
 class ResumeError(PipelineError):
     """The checkpoint is missing and the Silver tables do not say where to resume (app/resume.py)."""
+
+
+class RerouteError(PipelineError):
+    """A topic now feeds another Silver table than the one that applied its offsets so far (app/status.py)."""

@@ -35,12 +35,13 @@ import app
 from app.batch import BatchProcessor
 from app.catalog import all_partition_roots
 from app.config import JobConfig, load_config
-from app.errors import ConfigError, PipelineError
+from app.errors import ConfigError, PipelineError, RerouteError
 from app.registry import RegistryClient
 from app.resume import kafka_partitions, resume_offsets
-from app.route import TableRoute, check_routes
+from app.route import TableRoute, check_routes, skip_reason
 from app.source import read_kafka
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
+from app.status import load_status, log_stale, stale_tables, why, write_status
 
 log = logging.getLogger("app.main")
 
@@ -80,11 +81,13 @@ def start_query(
 ) -> StreamingQuery:
     """Start the streaming query: Kafka source -> foreachBatch(processor.process), checkpointed.
 
-    Without a checkpoint over existing tables, reading resumes after the offsets the tables committed.
+    Without a checkpoint over existing tables, reading resumes after the offsets the tables committed. The job's
+    status (app/status.py) is written first: routes, skipped topics, stale tables; then after every batch.
 
     Raises:
         ConfigError: two of the subscribed topics map to one Silver table (app/route.py).
         EnvelopeError: topics merged into one table disagree on a column's type (their latest schemas).
+        RerouteError: a topic feeds another table now than the one that applied its offsets (app/status.py).
         ResumeError: the checkpoint is missing and the tables record no offsets.
     """
     if config.lake.checkpoint_path.startswith("s3a://"):
@@ -95,7 +98,32 @@ def start_query(
     routes = check_routes(config, partitions, all_partition_roots(spark, config))
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
              ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
-    processor.check_merges_at_start(spark, routes)
+    skipped = {t: reason for t in sorted(partitions) if (reason := skip_reason(t, config)) is not None}
+    for topic, reason in skipped.items():
+        log.info("topic %s feeds no table: %s", topic, reason)
+    status = processor.status = load_status(spark, config)
+    status.conf = conf_file
+    for topic, reason in skipped.items():
+        status.skipped_topics.setdefault(topic, {"reason": reason, "batch_id": None, "at": None, "records": 0})
+    status.set_routes(routes)
+    status.stale_tables, rerouted = stale_tables(spark, config, routes)
+    log_stale(status.stale_tables)
+    processor.write_status = True
+    try:
+        if rerouted:
+            raise RerouteError(
+                "; ".join(r.message() for r in rerouted) + ". With this checkpoint the job would read on after "
+                "those offsets, and the tables would miss them: replay them, i.e. drop "
+                f"{', '.join(sorted({r.old_table for r in rerouted}))} (catalog and folder), then start with a new "
+                f"lake.checkpoint_path and --from-starting-offsets (kafka.starting_offsets: earliest, within "
+                f"Kafka's retention); or undo the config change (README \"Partitioned and sharded sources\")"
+            )
+        processor.check_merges_at_start(spark, routes)
+    except PipelineError as e:
+        status.failure = f"at start: {type(e).__name__}: {e}"
+        raise
+    finally:
+        write_status(spark, config, status)
     writer = (
         read_kafka(spark, config.kafka, resume_offsets(spark, config, conf_file, from_starting_offsets))
         .writeStream.foreachBatch(processor.process)
@@ -112,11 +140,8 @@ def start_query(
 
 
 def _why(route: TableRoute) -> str:
-    if route.source_partition is not None:
-        return f" (partition {route.source_partition} of {route.source_schema}.{route.source_table})"
-    if route.merged:
-        return " (merged)"
-    return ""
+    reason = why(route)
+    return f" ({reason})" if reason else ""
 
 
 def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:

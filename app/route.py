@@ -85,6 +85,24 @@ def source_for(topic: str, config: JobConfig) -> SourceConfig:
     return source
 
 
+HEARTBEAT_PREFIX = "__debezium-heartbeat."  # Debezium's topic.heartbeat.prefix, by default
+
+
+def skip_reason(topic: str, config: JobConfig) -> str | None:
+    """Why a subscribed topic feeds no table, for the topics Debezium writes beside a source's table topics
+    (a pattern such as `<prefix>\\..*` catches them); None for every other topic. Their records go to Bronze
+    like every other record, and the job's log and status name them (app/status.py)."""
+    for source in config.source_list:
+        prefix = source.topic_prefix
+        if topic == prefix:
+            return f"the schema change topic of source {source.label} (DDL events, no table rows)"
+        if topic == f"{prefix}.transaction":
+            return f"the transaction metadata topic of source {source.label} (provide.transaction.metadata)"
+        if topic == f"{HEARTBEAT_PREFIX}{prefix}":
+            return f"the heartbeat topic of source {source.label} (heartbeat.interval.ms)"
+    return None
+
+
 def route_topic(topic: str, config: JobConfig, roots: PartitionRoots | None = None) -> TableRoute:
     """Where a topic's rows go. `roots` (app/catalog.py) maps partitions to their partitioned table, per source.
 
@@ -139,6 +157,8 @@ def check_routes(config: JobConfig, topics: Iterable[str], roots: PartitionRoots
     routes: list[TableRoute] = []
     first: dict[str, TableRoute] = {}
     for topic in sorted(topics):
+        if skip_reason(topic, config) is not None:
+            continue
         try:
             route = route_topic(topic, config, roots)
         except EnvelopeError:

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from app.config import DiscriminatorConfig, JobConfig, TableConfig, parse_config
 from app.errors import ConfigError, EnvelopeError
-from app.route import check_owner, check_routes, route_topic
+from app.route import check_owner, check_routes, route_topic, skip_reason
 from app.source import subscribe_pattern
 
 LAKE = {"database": "lake", "silver_path": "/l/silver", "bronze_path": "/l/bronze", "checkpoint_path": "/l/cp"}
@@ -241,3 +241,23 @@ def test_the_topic_pattern_is_matched_against_the_whole_topic_name(spark: SparkS
     assert not subscribed(subscribe_pattern(pattern), "td1.a.b.c")
     assert subscribed(subscribe_pattern(pattern), "td1.a.b")
     assert subscribed(subscribe_pattern("a|b"), "b") and not subscribed(subscribe_pattern("a|b"), "ab")
+
+
+def test_debezium_topics_without_table_rows_are_skipped_with_why() -> None:
+    config = _config(TICKIT)
+    topics = ["crm.transaction", "__debezium-heartbeat.ecomm", "ecomm", "crm.public.users", "erp.erp.dbo.orders"]
+
+    reasons = {t: skip_reason(t, config) for t in topics}
+    routed = [r.topic for r in check_routes(config, topics)]
+
+    assert reasons == {
+        "crm.transaction": "the transaction metadata topic of source crm (provide.transaction.metadata)",
+        "__debezium-heartbeat.ecomm": "the heartbeat topic of source ecomm (heartbeat.interval.ms)",
+        "ecomm": "the schema change topic of source ecomm (DDL events, no table rows)",
+        "crm.public.users": None,
+        "erp.erp.dbo.orders": None,
+    }
+    assert routed == ["crm.public.users", "erp.erp.dbo.orders"]
+    # a table's topic whose name merely ends the same way is a table's topic
+    assert skip_reason("crm.transaction.events", config) is None
+    assert skip_reason("__debezium-heartbeat.other", config) is None

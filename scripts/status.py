@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Print the streaming job's status: what each topic feeds, each Silver table's latest batch figures, the topics
+skipped and why, Silver tables no topic feeds any longer, and the last failure.
+
+The job rewrites `<lake.checkpoint_path>/status.json` at start and after every batch (app/status.py); this
+reads it (a local path, or S3 with boto3: credentials as usual, the endpoint from AWS_ENDPOINT_URL_S3 /
+AWS_ENDPOINT_URL or else the config's `spark.hadoop.fs.s3a.endpoint`). No Spark is started.
+
+    python scripts/status.py --conf conf/local.yaml          # a summary
+    python scripts/status.py --conf conf/prod.yaml --json    # the document as the job wrote it
+
+Exit status: 0, or 1 when the job recorded a failure (so a cron check can alert), or 2 when there is no status
+or config to read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.config import load_config
+from app.errors import ConfigError
+from app.status import read_status, status_path
+
+FIGURES = ("rows_in", "upserts", "deletes", "skipped", "superseded", "blocked", "unresolved", "replayed")
+
+
+def summary(status: dict[str, Any], location: str) -> str:
+    lines = [f"status {location}", f"  config {status['conf']}, started {status['started_at']}, "
+                                    f"{status['batches']} batches since"]
+    last = status.get("last_batch")
+    if last:
+        lines.append(f"  last batch {last['batch_id']} at {last['at']} ({last['duration_s']} s): "
+                     f"{len(last['tables'])} tables, {len(last['skipped_topics'])} topics skipped")
+    lines.append(f"  failure: {status['failure'] or 'none'}")
+    lines.append("tables (each at its latest batch):")
+    for name, t in sorted(status["tables"].items()):
+        figures = " ".join(f"{k}={t[k]}" for k in FIGURES)
+        fed = f" topics={','.join(t['topics'])}" if t.get("topics") else ""
+        lines.append(f"  {name}: batch {t['batch_id']} at {t['at']}{fed} {figures} duration_s={t['duration_s']:.2f}")
+    lines.append("routes:")
+    for topic, route in sorted(status["routes"].items()):
+        lines.append(f"  {topic} -> {route['table']}" + (f" ({route['why']})" if route["why"] else ""))
+    lines.append("skipped topics:" + ("" if status["skipped_topics"] else " none"))
+    for topic, s in sorted(status["skipped_topics"].items()):
+        seen = "none read yet" if s["batch_id"] is None else f"{s['records']} records in batch {s['batch_id']}"
+        lines.append(f"  {topic}: {s['reason']} ({seen}; Bronze keeps them)")
+    lines.append("stale tables (fed by no subscribed topic):" + ("" if status["stale_tables"] else " none"))
+    for name, reason in sorted(status["stale_tables"].items()):
+        lines.append(f"  {name}: {reason}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conf", required=True, help="the job's YAML config (a path or an s3:// URI)")
+    parser.add_argument("--json", action="store_true", help="print the status document itself")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.conf)
+    except ConfigError as e:
+        print(f"invalid config {args.conf}: {e}", file=sys.stderr)
+        return 2
+    location = status_path(config)
+    endpoint = None
+    if not (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")):
+        endpoint = config.spark.conf.get("spark.hadoop.fs.s3a.endpoint")
+    try:
+        status = read_status(location, endpoint)
+    except FileNotFoundError:
+        print(f"no status at {location}: the job has not started with this checkpoint", file=sys.stderr)
+        return 2
+    print(json.dumps(status, indent=2, sort_keys=True) if args.json else summary(status, location))
+    return 1 if status.get("failure") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The job's status document (app/status.py) and scripts/status.py's summary of it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from app.batch import TableBatchStats
+from app.config import JobConfig, parse_config
+from app.registry import SchemaRef
+from app.route import route_topic
+from app.status import JobStatus, load_status, read_status, status_path, write_status
+from scripts.status import summary
+
+
+def _config(tmp_path: Path) -> JobConfig:
+    return parse_config({
+        "kafka": {"bootstrap_servers": "127.0.0.1:1", "topic_pattern": r"cdc\..*"},
+        "registry": {"url": "http://127.0.0.1:1"},
+        "source": {"topic_prefix": "cdc"},
+        "tables": {"s.orders_eu": {"name": "orders", "unique_keys": True},
+                   "s.orders_us": {"name": "orders", "unique_keys": True}},
+        "lake": {"database": "lake", "silver_path": str(tmp_path / "silver"), "bronze_path": str(tmp_path / "b"),
+                 "checkpoint_path": str(tmp_path / "cp")},
+    })
+
+
+def test_a_batch_is_recorded_and_carried_into_the_next_run(spark: SparkSession, tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    status = JobStatus(conf="conf/x.yaml")
+    status.set_routes([route_topic("cdc.s.orders_eu", config), route_topic("cdc.s.items", config)])
+    stats = TableBatchStats("lake.orders", rows_in=5, upserts=3, deletes=1, superseded=1,
+                            schema_ids=[SchemaRef("contentId", 7)], duration_s=1.234, topics=["cdc.s.orders_eu"])
+    status.record_batch(4, [stats], {"cdc.transaction": ("the transaction metadata topic", 2)}, 2.5)
+    write_status(spark, config, status)
+
+    written = read_status(status_path(config))
+    assert status_path(config) == f"{tmp_path}/cp/status.json"
+    assert written["routes"] == {"cdc.s.orders_eu": {"table": "lake.orders", "why": "shard of lake.orders"},
+                                 "cdc.s.items": {"table": "lake.s_items", "why": ""}}
+    table = written["tables"]["lake.orders"]
+    assert (table["batch_id"], table["rows_in"], table["upserts"], table["deletes"], table["schema_ids"]) == (
+        4, 5, 3, 1, ["contentId:7"])
+    assert written["skipped_topics"]["cdc.transaction"]["records"] == 2
+    assert written["last_batch"]["tables"] == ["lake.orders"] and written["failure"] is None
+    assert json.loads(status.to_json()) == written
+
+    carried = load_status(spark, config)  # a restart keeps the tables' figures and the skipped topics
+    assert carried.tables == written["tables"] and carried.skipped_topics == written["skipped_topics"]
+    assert carried.batches == 0 and carried.routes == {} and carried.failure is None
+
+    printed = summary(written, status_path(config))
+    assert "lake.orders: batch 4 at" in printed and "topics=cdc.s.orders_eu rows_in=5 upserts=3 deletes=1" in printed
+    assert "cdc.s.orders_eu -> lake.orders (shard of lake.orders)" in printed
+    assert "cdc.transaction: the transaction metadata topic (2 records in batch 4; Bronze keeps them)" in printed
+    assert "stale tables (fed by no subscribed topic): none" in printed
+
+
+def test_no_status_yet_is_a_fresh_one(spark: SparkSession, tmp_path: Path) -> None:
+    fresh = load_status(spark, _config(tmp_path))
+    assert (fresh.tables, fresh.skipped_topics, fresh.batches, fresh.last_batch) == ({}, {}, 0, None)
