@@ -160,7 +160,8 @@ def stale_tables(
     """Silver tables of the job's databases that no subscribed topic feeds, by qualified name, each with why
     (where their topics go now), and the topics among theirs that now feed another table which has not applied
     their offsets (a table per partition made before `catalog` was set, a table renamed). Read from each table's
-    last commit (`_cdc.committed`); tables that record no offsets are left out (nothing says what fed them)."""
+    last commit (`_cdc.committed`); tables that record no offsets, or only offsets of topics of none of the job's
+    sources (another job's tables in a shared database), are left out."""
     routes = list(routes)
     fed = {r.qualified_name: r for r in routes}
     by_topic = {r.topic: r for r in routes}
@@ -174,8 +175,8 @@ def stale_tables(
         if name in fed:
             continue
         committed = last_committed(spark, path)
-        if committed is None:
-            continue
+        if committed is None or not any(config.source_of(t) for t, _ in committed.last):
+            continue  # nothing says what fed it, or another job's sources did
         reasons = []
         for topic in sorted({t for t, _ in committed.last}):
             route = by_topic.get(topic)

@@ -41,6 +41,7 @@ from app.connect import PublicationModeError, check_publication_mode
 from app.errors import EnvelopeError
 from app.main import start_query
 from app.registry import RegistryClient
+from app.status import read_status, status_path
 from tests.conftest import RUN_ID
 from tests.support.cdc import (
     KAFKA_BOOTSTRAP,
@@ -372,8 +373,8 @@ def test_shards_whose_column_types_disagree_are_refused_at_start(
 ) -> None:
     """Two PostgreSQL schemas' `orders`, declared shards of one table, where `price` is numeric in one and text in
     the other: the job refuses at start, from the topics' latest schemas in the registry, before Bronze or any
-    table is written."""
-    a, b, prefix = f"sta_{RUN_ID}", f"stb_{RUN_ID}", f"st{RUN_ID}"
+    table is written, and its status says why."""
+    a, b, prefix = f"shta_{RUN_ID}", f"shtb_{RUN_ID}", f"sht{RUN_ID}"
     ddl_a = f"""create schema {a}; create table {a}.orders (id int primary key, price numeric(10,2), placed date);
 insert into {a}.orders values (1, 1.50, '2024-01-01');"""
     ddl_b = f"""create schema {b}; create table {b}.orders (id int primary key, price text, placed date);
@@ -388,7 +389,7 @@ insert into {b}.orders values (1, 'one fifty', '2024-01-01');"""
     source = dataclasses.replace(base.source, connector="postgresql",
                                  tables={f"{a}.orders": shard("a"), f"{b}.orders": shard("b")})
     config = dataclasses.replace(base, source=None, sources=[source])
-    with source_schema(a, ddl_a), source_schema(b, ddl_b), debezium_connector(f"st-{RUN_ID}", prefix, [a, b]):
+    with source_schema(a, ddl_a), source_schema(b, ddl_b), debezium_connector(f"sht-{RUN_ID}", prefix, [a, b]):
         read_topic(f"{prefix}.{a}.orders", min_records=1, timeout_s=90)
         read_topic(f"{prefix}.{b}.orders", min_records=1, timeout_s=90)
         with pytest.raises(EnvelopeError) as refused:
@@ -398,7 +399,9 @@ insert into {b}.orders values (1, 'one fifty', '2024-01-01');"""
     assert "column price is decimal(10,2)" in message and "but string in" in message, message
     assert f"{prefix}.{a}.orders" in message and f"{prefix}.{b}.orders" in message, message
     assert not _exists(spark, config.lake.table_path("orders")) and not _exists(spark, config.lake.bronze_path)
-    assert not _exists(spark, config.lake.checkpoint_path)
+    assert not _exists(spark, f"{config.lake.checkpoint_path}/offsets")  # no batch was planned
+    status = read_status(status_path(config), config.spark.conf.get("spark.hadoop.fs.s3a.endpoint"))
+    assert status["failure"] == f"at start: EnvelopeError: {message}"
 
 
 def _exists(spark: SparkSession, location: str) -> bool:

@@ -36,7 +36,7 @@ from tests.support.pipeline import Pipeline, source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
-SCHEMA, PREFIX = f"st_{RUN_ID}", f"st{RUN_ID}"
+SCHEMA, PREFIX = f"stat_{RUN_ID}", f"stat{RUN_ID}"
 DDL = f"""
 create schema {SCHEMA};
 create table {SCHEMA}.payment (id int not null, paid_on date not null, amount numeric(10,2),
@@ -82,7 +82,8 @@ def test_status_names_skipped_topics_and_tables_no_topic_feeds(
     lake = f"{lake_root}/status"
     parent, part_a, part_b = f"{SCHEMA}_payment", f"{SCHEMA}_payment_a", f"{SCHEMA}_payment_b"
     settings = {"provide.transaction.metadata": "true", "heartbeat.interval.ms": "500"}
-    with source_schema(SCHEMA, DDL) as conn, debezium_connector(f"st-{RUN_ID}", PREFIX, [SCHEMA], settings=settings):
+    with source_schema(SCHEMA, DDL) as conn, \
+            debezium_connector(f"stat-{RUN_ID}", PREFIX, [SCHEMA], settings=settings):
         read_topic(f"{PREFIX}.{SCHEMA}.payment", min_records=16, timeout_s=90)
         conn.execute(f"update {SCHEMA}.payment set amount = amount + 100 where id % 3 = 0")
         conn.execute(f"delete from {SCHEMA}.payment where id in (2, 14)")

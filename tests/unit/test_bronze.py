@@ -7,30 +7,10 @@ from pathlib import Path
 
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from app.bronze import MARKER, BronzeRange, bronze_rows, list_ranges, read_bronze, write_bronze
+from app.source import KAFKA_SCHEMA
 
-HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-KAFKA_SCHEMA = StructType([
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()),
-    StructField("timestampType", IntegerType()),
-    StructField("headers", ArrayType(HEADER)),
-])
 TS = datetime(2024, 1, 2, 3, 30, tzinfo=UTC)
 
 
