@@ -182,8 +182,7 @@ class BatchProcessor:
             SchemaDecodeError: a value lacks the framing.
             EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
         """
-        framings = [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
-        framed_df = with_source_framings(raw_df, framings)
+        framed_df = with_source_framings(raw_df, self._framings())
         summary = self._summarize(framed_df)
         self.skipped = {}
         for topic in list(summary):
@@ -195,6 +194,10 @@ class BatchProcessor:
         self._check_framing(framed_df, summary)
         topic_plans = [self._plan_topic(framed_df, topic, s) for topic, s in sorted(summary.items())]
         return _plans_per_table(topic_plans, self.config)
+
+    def _framings(self) -> list[tuple[str, Framing]]:
+        """Each source's topic prefix and wire framing."""
+        return [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
 
     def _summarize(self, framed_df: DataFrame) -> dict[str, _TopicSummary]:
         """One aggregate: per topic, key and value schema reference and whether framing failed, record count.
@@ -429,8 +432,7 @@ class BatchProcessor:
             if len(members) < 2 or not any(r.merged for r in members):
                 continue
             if empty_df is None:
-                framings = [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
-                empty_df = with_source_framings(spark.createDataFrame([], KAFKA_SCHEMA), framings)
+                empty_df = with_source_framings(spark.createDataFrame([], KAFKA_SCHEMA), self._framings())
             schemas, unknown = [], []
             for route in members:
                 artifact = f"{route.topic}-value"
@@ -714,7 +716,7 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
     per_source = [
         F.max(F.when(latest & ~blocked & F.col(TOPIC_COL).isin(topics), F.col(POSITION_COL)))
         .alias(f"max_position:{label}")
-        for label, topics in (sources or {}).items()
+        for label, topics in sources.items()
     ] if sources and len(sources) > 1 else []
     row = judged_df.agg(
         F.count(F.lit(1)).alias("events"),

@@ -98,13 +98,13 @@ def start_query(
     routes = check_routes(config, partitions, all_partition_roots(spark, config))
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
              ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
-    skipped = {t: reason for t in sorted(partitions) if (reason := skip_reason(t, config)) is not None}
-    for topic, reason in skipped.items():
-        log.info("topic %s feeds no table: %s", topic, reason)
     status = processor.status = load_status(spark, config)
     status.conf = conf_file
-    for topic, reason in skipped.items():
-        status.skipped_topics.setdefault(topic, {"reason": reason, "batch_id": None, "at": None, "records": 0})
+    for topic in sorted(partitions):
+        reason = skip_reason(topic, config)
+        if reason is not None:
+            log.info("topic %s feeds no table: %s", topic, reason)
+            status.skipped_topics.setdefault(topic, {"reason": reason, "batch_id": None, "at": None, "records": 0})
     status.set_routes(routes)
     status.stale_tables, rerouted = stale_tables(spark, config, routes)
     log_stale(status.stale_tables)

@@ -31,7 +31,7 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import CapturedException
 
-from app.commit import last_committed
+from app.commit import Committed, last_committed
 from app.config import JobConfig
 from app.lakefs import fs_and_path
 from app.resume import silver_tables
@@ -163,11 +163,12 @@ def stale_tables(
     last commit (`_cdc.committed`); tables that record no offsets, or only offsets of topics of none of the job's
     sources (another job's tables in a shared database), are left out."""
     routes = list(routes)
-    fed = {r.qualified_name: r for r in routes}
+    fed = {r.qualified_name for r in routes}
     by_topic = {r.topic: r for r in routes}
     paths = {}
     stale: dict[str, str] = {}
     rerouted: list[Rerouted] = []
+    applied_by: dict[str, Committed | None] = {}  # the tables topics feed now: their last commit
     for path in silver_tables(spark, config):
         database, table = path.rstrip("/").split("/")[-2:]
         paths[f"{database}.{table}"] = path
@@ -186,8 +187,10 @@ def stale_tables(
             reason = why(route)
             reasons.append(f"{topic} now feeds {route.qualified_name}" + (f" ({reason})" if reason else ""))
             last = {p: o for (t, p), o in committed.last.items() if t == topic}
-            new_path = paths.get(route.qualified_name)
-            applied = last_committed(spark, new_path) if new_path else None
+            if route.qualified_name not in applied_by:  # each table's timeline read once
+                new_path = paths.get(route.qualified_name)
+                applied_by[route.qualified_name] = last_committed(spark, new_path) if new_path else None
+            applied = applied_by[route.qualified_name]
             if applied is None or any(applied.last.get((topic, p), -1) < o for p, o in last.items()):
                 rerouted.append(Rerouted(topic, name, route.qualified_name, reason, last))
         stale[name] = "; ".join(reasons) or "its commits name no topic"
