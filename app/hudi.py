@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from app import pause
+from app.creation import repair_interrupted_creation
 from app.lakefs import list_files
 from app.partitioning import PartitionSpec
 from app.position import POSITION_COL
@@ -163,9 +164,15 @@ LEDGER_OPTIONS = {
 def write_silver(
     rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str, extra: dict[str, str] | None = None
 ) -> None:
-    """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table."""
+    """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table; a table
+    whose creation was interrupted is created afresh first (app/creation.py).
+
+    Raises:
+        SinkWriteError: the table's folder holds data but no table properties.
+    """
     if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
         raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
+    repair_interrupted_creation(rows_df.sparkSession, target.path, target.qualified_name)
     options = {**write_options(target, batch_id, query_id), **pause.hudi_options(target.path), **(extra or {})}
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
 

@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from app.commit import Committed, last_committed
 from app.config import JobConfig
 from app.errors import ResumeError
+from app.hudi import table_exists
 from app.lakefs import fs_and_path
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ def checkpoint_has_offsets(spark: SparkSession, checkpoint_path: str) -> bool:
 
 
 def silver_tables(spark: SparkSession, config: JobConfig) -> list[str]:
-    """Paths of the Silver tables of the job's databases (the delete ledgers left out)."""
+    """Paths of the Silver tables of the job's databases (the delete ledgers left out). A folder without a completed
+    commit is no table yet (a creation interrupted by a crash, app/creation.py): it holds no offsets to resume
+    from, and its next write creates it afresh."""
     tables = []
     for database in config.databases:
         fs, path = fs_and_path(spark, config.lake.table_path("", database))
@@ -51,7 +54,7 @@ def silver_tables(spark: SparkSession, config: JobConfig) -> list[str]:
         tables += [
             s.getPath().toString() for s in fs.listStatus(path)
             if s.isDirectory() and s.getPath().getName() != LEDGER_FOLDER
-            and fs.exists(fs_and_path(spark, s.getPath().toString() + "/.hoodie")[1])
+            and table_exists(spark, s.getPath().toString())
         ]
     return sorted(tables)
 

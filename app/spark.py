@@ -44,6 +44,15 @@ LAKE_CONF = {
     "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
     "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+    # Hudi's meta sync reaches the metastore with the session's Hadoop settings only through the table's
+    # FileSystem: HoodieSparkSqlWriter.metaSync hands `fs.getConf` to HiveSyncTool, whose HiveConf is built from
+    # that alone (write options cannot carry javax.jdo.* there). Hadoop caches one FileSystem per scheme, and under
+    # spark-submit SparkSubmit makes the `file:` one while resolving --jars, before the job has read its config,
+    # from a Configuration without the session's spark.hadoop.* settings: a table on a local path synced into an
+    # empty embedded Derby metastore ("Hive metastore database is not initialized"). Uncached, a `file:`
+    # FileSystem is made from the Configuration that asks for it (the session's). A lake on s3a is not affected:
+    # its FileSystem is first made from the session's Configuration.
+    "spark.hadoop.fs.file.impl.disable.cache": "true",
 }
 
 

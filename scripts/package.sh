@@ -3,8 +3,10 @@
 #   cdc_lakehouse.zip  the app/ package, for spark-submit --py-files (Spark puts a .zip on sys.path, not a .whl)
 #   main.py            the entry script (app/main.py; outside the package it leaves sys.path alone)
 #   requirements.txt   the pinned runtime dependencies of setup.cfg, less pyspark (the cluster's Spark brings its own)
-# Then, from any working directory:
-#   spark-submit --py-files <out>/cdc_lakehouse.zip <out>/main.py --conf <path | s3://bucket/key.yaml>
+#   cdc-functions.jar  the job's JVM functions (jvm/; app/types.py calls them with `reflect` for numeric over 38
+#                      digits and bit(n)), for spark-submit --jars; built by scripts/setup.sh jvm when jvm/ changed
+# Then, from any working directory (the Kafka, Avro and Hudi jars besides):
+#   spark-submit --jars <out>/cdc-functions.jar --py-files <out>/cdc_lakehouse.zip <out>/main.py --conf <path | s3://...>
 # The files may as well be on S3 (scripts/emr/deploy.sh uploads them).
 # usage: scripts/package.sh [--out DIR]
 set -euo pipefail
@@ -13,7 +15,7 @@ OUT="$ROOT/build/package"
 while (($#)); do
   case $1 in
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,4 +42,6 @@ pins = [line.strip() for line in cfg["options"]["install_requires"].splitlines()
 pins = [p for p in pins if p and not p.startswith("#") and not p.lower().startswith("pyspark")]
 (out / "requirements.txt").write_text("".join(f"{p}\n" for p in pins))
 EOF
+bash "$ROOT/scripts/setup.sh" jvm
+cp "$ROOT/.deps/spark/cdc-functions.jar" "$OUT/cdc-functions.jar"
 ls -l "$OUT"

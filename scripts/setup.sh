@@ -3,8 +3,11 @@
 # usage: scripts/setup.sh [system] [jars] [python]     (no argument: all three)
 #   system  Debian packages: PostgreSQL 15 with PostGIS 3, MariaDB 10.11 server and client, a JDK 17, Maven, curl
 #   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
-#           own JVM functions (jvm/, built by Maven) into .deps/spark/cdc-functions.jar
+#           own JVM functions (the jvm step)
 #   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
+# One part of jars on its own:
+#   jvm     the project's own JVM functions: jvm/, built by Maven into .deps/spark/cdc-functions.jar when jvm/
+#           changed (scripts/package.sh runs it: the EMR package ships that jar)
 # Runtime-only steps, for the container image (Dockerfile); never part of the default:
 #   build-system    Debian packages the jars step needs: a JDK 17, Maven, python3 (the image's builder stage)
 #   runtime-system  Debian packages the job needs to run: a JRE 17, python3 with venv (the image's final stage)
@@ -78,12 +81,17 @@ jars() {
   # JAR_SETS: a space-separated list of set names; empty resolves every set.
   read -r -a sets <<<"${JAR_SETS:-}"
   python3 scripts/fetch_jars.py "${sets[@]}"
-  # The job's JVM functions (app/types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
+  jvm_functions
+}
+
+# The job's JVM functions (app/types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
+jvm_functions() {
   local stamp=.deps/spark/.cdc-functions.stamp want
   want=$(find jvm/pom.xml jvm/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1)
   if [ ! -f .deps/spark/cdc-functions.jar ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     log "mvn package jvm/ (cdc-functions.jar)"
     mvn -q -B -f jvm/pom.xml -DskipTests package
+    mkdir -p .deps/spark
     cp jvm/target/cdc-functions.jar .deps/spark/cdc-functions.jar
     echo "$want" > "$stamp"
   fi
@@ -133,6 +141,7 @@ for s in "${steps[@]}"; do
   case $s in
     system) system ;;
     jars) jars ;;
+    jvm) jvm_functions ;;
     python) python_env ;;
     build-system) build_system ;;
     runtime-system) runtime_system ;;

@@ -11,18 +11,22 @@
 #   S3 API: moto's server (in memory), bucket `lake` for Silver, Bronze and checkpoints on s3a://lake/
 #   A restart of the S3 server empties the lake and the checkpoints together: the next run of the job reads
 #   Kafka from the configured start and rebuilds every table. Kafka, the registry and the databases keep theirs.
+#   Spark standalone: a master (spark://127.0.0.1:7077) and two workers (1 core, 2g each) from pip's pyspark, so a
+#   job can run with executors in JVMs of their own, as on EMR (tests/e2e/test_standalone.py)
 #
-# usage: scripts/stack.sh up | down [service...] | reset | status
-#   up      install what is missing, start what is not running, wait until each service answers
+# usage: scripts/stack.sh up [service...] | down [service...] | reset | status
+#   up      install what is missing, start what is not running, wait until each service answers; `up spark`
+#           starts one (and installs only what it needs), leaving the others as they are
 #   down    stop the processes this script started (by pid), keep their state; `down kafka` stops one
-#           (services: postgres mariadb kafka registry connect s3)
+#           (services: postgres mariadb kafka registry connect s3 spark)
 #   reset   down, then wipe all state together: Kafka logs, Connect offsets, registry, databases,
-#           metastore, lake and checkpoints
+#           metastore, lake and checkpoints, the Spark workers' folders
 #   status  every endpoint and pid
 #
 # State, logs and pid files live under $STACK_DIR (default .stack/ in the repository, git-ignored).
-# Ports: PG_PORT MARIADB_PORT KAFKA_PORT CONTROLLER_PORT REGISTRY_PORT CONNECT_PORT S3_PORT (defaults 5432 3306
-# 9092 9093 8080 8083 9000), so a second stack can run beside the first with its own STACK_DIR.
+# Ports: PG_PORT MARIADB_PORT KAFKA_PORT CONTROLLER_PORT REGISTRY_PORT CONNECT_PORT S3_PORT SPARK_MASTER_PORT
+# SPARK_UI_PORT (defaults 5432 3306 9092 9093 8080 8083 9000 7077 8090), so a second stack can run beside the first
+# with its own STACK_DIR. The Spark workers' RPC and web UI ports are free ones (the master's /json lists them).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,6 +43,12 @@ REGISTRY_PORT=${REGISTRY_PORT:-8080}
 CONNECT_PORT=${CONNECT_PORT:-8083}
 S3_PORT=${S3_PORT:-9000}
 S3_BUCKET=${S3_BUCKET:-lake}
+SPARK_MASTER_PORT=${SPARK_MASTER_PORT:-7077}
+SPARK_UI_PORT=${SPARK_UI_PORT:-8090}
+SPARK_WORKERS=2
+SPARK_WORKER_CORES=1
+SPARK_WORKER_MEMORY=2g  # what the executors of all apps on one worker may take together
+SERVICES=(postgres mariadb kafka registry connect s3 spark)
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 # Local-only credentials for the loopback database; production secrets never pass through this script.
 export PGPASSWORD=${PGPASSWORD:-postgres}
@@ -101,9 +111,13 @@ mariadb_admin() { # SQL as the server's admin over its socket (unix_socket auth:
   mariadb --no-defaults --protocol=socket -S "$(mariadb_dir)/run/mariadbd.sock" -u "$(id -un)" -N -B "$@"
 }
 
-ensure_installed() {
-  # python: the S3 server (moto) runs from the project virtualenv.
-  "$ROOT/scripts/setup.sh" system jars python
+ensure_installed() { # ensure_installed SERVICE...: the setup steps those services need
+  # system: the databases and a JDK; jars: Kafka, Connect with Debezium, the registry; python: the S3 server
+  # (moto) and Spark (pip's pyspark) run from the project virtualenv.
+  local steps=(system) all=" $* "
+  if [[ $all == *" kafka "* || $all == *" registry "* || $all == *" connect "* ]]; then steps+=(jars); fi
+  if [[ $all == *" s3 "* || $all == *" spark "* ]]; then steps+=(python); fi
+  "$ROOT/scripts/setup.sh" "${steps[@]}"
 }
 
 start_postgres() {
@@ -254,6 +268,69 @@ start_s3() {
   log "bucket s3a://$S3_BUCKET/ ready"
 }
 
+spark_home() { # pip's pyspark: bin/spark-class, jars/, no sbin/start-*.sh (the daemons are started here directly)
+  local home
+  home=$("$ROOT/.venv/bin/python" "$ROOT/.venv/bin/find_spark_home.py" 2>/dev/null) || true
+  [ -d "$home/jars" ] || die "no pyspark in $ROOT/.venv; run scripts/setup.sh python"
+  echo "$home"
+}
+
+spark_daemon() { # spark_daemon NAME CLASS ARGS...: one Spark daemon JVM in the background, as spark-class runs it
+  local name=$1 class=$2 home scala; shift 2
+  home=$(spark_home)
+  scala=$(ls "$home"/jars/spark-core_*.jar | sed -n 's/.*spark-core_\([0-9.]*\)-.*/\1/p' | head -1)
+  # The worker launches executors from SPARK_HOME's jars (and its Scala version, which spark-class would export);
+  # SPARK_LOCAL_IP keeps every daemon, executor and web UI on loopback. Workdirs and scratch stay in the stack.
+  # The daemons only schedule (the executors they launch get the application's JVM options): a small heap, and the
+  # quick-starting client compiler.
+  nohup env SPARK_HOME="$home" SPARK_SCALA_VERSION="$scala" SPARK_LOCAL_IP=127.0.0.1 \
+    SPARK_LOCAL_DIRS="$STACK_DIR/spark/local" \
+    java -Xms64m -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$home/jars/*" "$class" "$@" \
+    >> "$LOGS/$name.log" 2>&1 &
+  echo $! > "$PIDS/$name.pid"
+}
+
+start_spark() {
+  local dir=$STACK_DIR/spark i name from=()
+  mkdir -p "$dir/local"
+  # An executor's folder in its worker's (the jars it fetched, its stdout and stderr) goes 3 hours after the end
+  # of its application: the job's jars take about 400 MB per executor.
+  cat > "$dir/worker.properties" <<EOF
+spark.worker.cleanup.enabled=true
+spark.worker.cleanup.interval=600
+spark.worker.cleanup.appDataTtl=10800
+EOF
+  if alive spark-master; then
+    log "spark master already running (pid $(cat "$PIDS/spark-master.pid"))"
+  else
+    spark_daemon spark-master org.apache.spark.deploy.master.Master \
+      --host 127.0.0.1 --port "$SPARK_MASTER_PORT" --webui-port "$SPARK_UI_PORT"
+    wait_for spark-master 60 curl -sf "http://127.0.0.1:$SPARK_UI_PORT/json"
+  fi
+  # The workers start together; each registers with the master (and again by itself after a master restart).
+  for i in $(seq 1 "$SPARK_WORKERS"); do
+    name=spark-worker-$i
+    touch "$LOGS/$name.log"
+    from[i]=$(( $(wc -c < "$LOGS/$name.log") + 1 ))  # only this start's lines count
+    if alive "$name"; then log "$name already running (pid $(cat "$PIDS/$name.pid"))"; from[i]=; continue; fi
+    mkdir -p "$dir/$name"
+    spark_daemon "$name" org.apache.spark.deploy.worker.Worker "spark://127.0.0.1:$SPARK_MASTER_PORT" \
+      --host 127.0.0.1 --webui-port 0 --cores "$SPARK_WORKER_CORES" --memory "$SPARK_WORKER_MEMORY" \
+      --work-dir "$dir/$name" --properties-file "$dir/worker.properties"
+  done
+  for i in $(seq 1 "$SPARK_WORKERS"); do
+    name=spark-worker-$i
+    [ -z "${from[i]}" ] || wait_for "$name" 60 \
+      bash -c "tail -c +${from[i]} '$LOGS/$name.log' | grep -q 'Successfully registered with master'"
+  done
+}
+
+spark_alive() { # the master and every worker
+  local i
+  alive spark-master || return 1
+  for i in $(seq 1 "$SPARK_WORKERS"); do alive "spark-worker-$i" || return 1; done
+}
+
 plugin_dir() {
   # One Connect plugin per Debezium connector, each with the Apicurio converter beside it (plugin isolation
   # loads the converter named in a connector config from the connector's own folder).
@@ -325,40 +402,65 @@ stop_one() { # stop_one NAME
   rm -f "$f"
 }
 
-cmd_up() {
-  local start=$SECONDS
-  ensure_installed
+check_services() { # check_services NAME...: each one a service of this script
+  local name
+  for name in "$@"; do
+    [[ " ${SERVICES[*]} " == *" $name "* ]] || die "unknown service $name (services: ${SERVICES[*]})"
+  done
+}
+
+cmd_up() { # cmd_up [NAME...]: the named services, or all, in start order
+  local start=$SECONDS names=("$@") name
+  [ ${#names[@]} -gt 0 ] || names=("${SERVICES[@]}")
+  check_services "${names[@]}"
+  ensure_installed "${names[@]}"
   mkdir -p "$LOGS" "$PIDS" "$STACK_DIR/lake" "$STACK_DIR/checkpoints"
-  start_postgres
-  start_mariadb
-  start_kafka
-  start_registry
-  start_connect
-  start_s3
+  for name in "${SERVICES[@]}"; do
+    if [[ " ${names[*]} " == *" $name "* ]]; then "start_$name"; fi
+  done
   log "up in $((SECONDS - start))s"
   cmd_status
 }
 
 cmd_down() { # cmd_down [NAME...]: the named services, or all, in reverse start order
-  local name
-  for name in s3 connect registry kafka mariadb postgres; do
-    if [ $# -eq 0 ] || [[ " $* " == *" $name "* ]]; then stop_one "$name"; fi
+  local name i
+  check_services "$@"
+  for name in spark s3 connect registry kafka mariadb postgres; do
+    if [ $# -eq 0 ] || [[ " $* " == *" $name "* ]]; then
+      if [ "$name" = spark ]; then
+        for i in $(seq "$SPARK_WORKERS" -1 1); do stop_one "spark-worker-$i"; done
+        stop_one spark-master
+      else
+        stop_one "$name"
+      fi
+    fi
   done
 }
 
 cmd_reset() {
   cmd_down
   rm -rf "$(pg_dir)" "$STACK_DIR/pg" "$(mariadb_dir)" "$STACK_DIR/mariadb" "$STACK_DIR/kafka" "$STACK_DIR/connect" "$STACK_DIR/plugins" \
-    "$STACK_DIR/lake" "$STACK_DIR/checkpoints" "$STACK_DIR/tests"
+    "$STACK_DIR/lake" "$STACK_DIR/checkpoints" "$STACK_DIR/tests" "$STACK_DIR/spark"
   log "state wiped under $STACK_DIR"
 }
 
 cmd_status() {
-  local name state
+  local name state pid i
   printf '%-10s %-8s %-8s %s\n' service state pid endpoint
-  for name in postgres mariadb kafka registry connect s3; do
+  for name in "${SERVICES[@]}"; do
     state=stopped
-    alive "$name" && state=running
+    if [ "$name" = spark ]; then
+      # The master's pid, then each worker's; `partial` when some of them run (`up` starts the others).
+      pid=-
+      for i in spark-master $(seq -f 'spark-worker-%g' 1 "$SPARK_WORKERS"); do
+        if alive "$i"; then state=partial; pid+=,$(cat "$PIDS/$i.pid"); else pid+=,-; fi
+      done
+      pid=${pid#-,}
+      if spark_alive; then state=running; fi
+    else
+      pid=$( [ -f "$PIDS/$name.pid" ] && cat "$PIDS/$name.pid" || echo -)
+      if alive "$name"; then state=running; fi
+    fi
     case $name in
       postgres) ep="postgresql://$PG_USER@127.0.0.1:$PG_PORT/{source,registry,metastore}" ;;
       mariadb)  ep="mysql://127.0.0.1:$MARIADB_PORT/source (root/$MARIADB_ROOT_PASSWORD, $MARIADB_CDC_USER/$MARIADB_CDC_PASSWORD)" ;;
@@ -366,16 +468,17 @@ cmd_status() {
       registry) ep="http://127.0.0.1:$REGISTRY_PORT/apis/registry/v3" ;;
       connect)  ep="http://127.0.0.1:$CONNECT_PORT" ;;
       s3)       ep="http://127.0.0.1:$S3_PORT (s3a://$S3_BUCKET/, in memory)" ;;
+      spark)    ep="spark://127.0.0.1:$SPARK_MASTER_PORT (UI and /json: http://127.0.0.1:$SPARK_UI_PORT; $SPARK_WORKERS workers, $SPARK_WORKER_CORES core $SPARK_WORKER_MEMORY each)" ;;
     esac
-    printf '%-10s %-8s %-8s %s\n' "$name" "$state" "$( [ -f "$PIDS/$name.pid" ] && cat "$PIDS/$name.pid" || echo -)" "$ep"
+    printf '%-10s %-8s %-8s %s\n' "$name" "$state" "$pid" "$ep"
   done
   echo "logs: $LOGS   lake: s3a://$S3_BUCKET/ (conf/local.yaml) or $STACK_DIR/lake for local paths"
 }
 
 case "${1:-}" in
-  up) cmd_up ;;
+  up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
   reset) cmd_reset ;;
   status) cmd_status ;;
-  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -13,7 +13,7 @@ echo "[test] mypy"; .venv/bin/mypy
 # Services the developer already runs stay as they are; only those this script starts are stopped.
 running=$(scripts/stack.sh status | awk '$2 == "running" {print $1}')
 started=""
-for name in postgres mariadb kafka registry connect s3; do
+for name in postgres mariadb kafka registry connect s3 spark; do
   grep -q -x -F "$name" <<<"$running" || started="$started $name"
 done
 cleanup() {

@@ -140,6 +140,10 @@ def test_package_runs_from_any_directory_with_app_from_the_zip(tmp_path: Path) -
     assert (out / "main.py").read_bytes() == (ROOT / "app" / "main.py").read_bytes()
     pins = (out / "requirements.txt").read_text().split()
     assert "boto3==1.44.8" in pins and not any(p.startswith("pyspark") for p in pins)
+    # The JVM functions app/types.py calls through `reflect` ship with the package (the step's --jars).
+    jar = zipfile.ZipFile(out / "cdc-functions.jar").namelist()
+    assert "io/cdclake/CdcValues.class" in jar
+    assert (out / "cdc-functions.jar").read_bytes() == (ROOT / ".deps" / "spark" / "cdc-functions.jar").read_bytes()
 
     # What --py-files does: the zip on PYTHONPATH, the entry script run from another folder.
     elsewhere = tmp_path / "elsewhere"
@@ -173,7 +177,8 @@ def test_step_submits_the_package_with_the_bootstrap_python() -> None:
     assert {f"spark.pyspark.python={python}", f"spark.pyspark.driver.python={python}",
             f"spark.executorEnv.PYSPARK_PYTHON={python}"} <= set(confs)
     assert args[args.index("--py-files") + 1] == "@S3_ROOT@/cdc_lakehouse.zip"
-    assert args[args.index("--jars") + 1].split(",") == ["/usr/lib/hudi/hudi-spark-bundle.jar", "@S3_ROOT@/jars/*.jar"]
+    assert args[args.index("--jars") + 1].split(",") == [
+        "/usr/lib/hudi/hudi-spark-bundle.jar", "@S3_ROOT@/cdc-functions.jar", "@S3_ROOT@/jars/*.jar"]
     assert args[-3:] == ["@S3_ROOT@/main.py", "--conf", "@S3_ROOT@/conf.yaml"]
 
 
@@ -186,6 +191,7 @@ def test_deploy_dry_run_prints_uploads_and_add_steps(tmp_path: Path) -> None:
     run = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60)
     for line in ("aws s3 cp " + str(conf) + " s3://bkt/cdc/conf.yaml",
                  f"aws s3 cp {out}/cdc_lakehouse.zip s3://bkt/cdc/cdc_lakehouse.zip",
+                 f"aws s3 cp {out}/cdc-functions.jar s3://bkt/cdc/cdc-functions.jar",
                  f"aws emr add-steps --cluster-id j-TEST --steps file://{out}/step.json"):
         assert line in run.stdout
     assert not (out / "cdc_lakehouse.zip").exists()  # printed, not run

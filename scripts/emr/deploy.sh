@@ -7,9 +7,11 @@
 # Scala 2.13) would need other jars throughout. The cluster's python3 is 3.9: create the cluster with
 # bootstrap.sh (Python 3.11 and the job's pins), which this script uploads.
 #
-# What lands under --s3-root: cdc_lakehouse.zip, main.py, requirements.txt (scripts/package.sh), conf.yaml (your
-# filled copy of conf/prod.yaml), bootstrap.sh, jars/ (deps/jvm-artifacts.txt set emr: Kafka source, Avro, MSK IAM).
-# The step is scripts/emr/step.json with @S3_ROOT@ filled in, written to build/package/step.json.
+# What lands under --s3-root: cdc_lakehouse.zip, main.py, requirements.txt, cdc-functions.jar (scripts/package.sh;
+# the jar holds the JVM functions the job calls for numeric over 38 digits and bit(n)), conf.yaml (your filled copy
+# of conf/prod.yaml), bootstrap.sh, jars/ (deps/jvm-artifacts.txt set emr: Kafka source, Avro, MSK IAM).
+# The step is scripts/emr/step.json with @S3_ROOT@ filled in, written to build/package/step.json; its --jars name
+# the cluster's Hudi bundle, cdc-functions.jar and jars/*.jar.
 #
 # usage: scripts/emr/deploy.sh --cluster-id j-XXXX --s3-root s3://bucket/cdc-lakehouse --conf my-prod.yaml
 #          [--registry-secret-id ID] [--available-now] [--dry-run] [--out DIR]
@@ -36,7 +38,7 @@ while (($#)); do
     --available-now) available_now=1; shift ;;
     --dry-run) dry_run=1; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -59,7 +61,7 @@ run() {
 run bash "$ROOT/scripts/package.sh" --out "$OUT"
 run python3 "$ROOT/scripts/fetch_jars.py" emr
 run aws emr describe-cluster --cluster-id "$cluster" --query Cluster.ReleaseLabel --output text
-for file in cdc_lakehouse.zip main.py requirements.txt; do
+for file in cdc_lakehouse.zip main.py requirements.txt cdc-functions.jar; do
   run aws s3 cp "$OUT/$file" "$s3_root/$file"
 done
 run aws s3 cp "$conf" "$s3_root/conf.yaml"

@@ -40,9 +40,9 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 
 from app.bronze import read_bronze
-from app.lakefs import list_files
+from app.lakefs import fs_and_path, list_files
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
-from tests.support.cdc import PG_DSN, debezium_connector, read_topic
+from tests.support.cdc import PG_DSN, debezium_connector, read_topic, wait_for_records
 from tests.support.pipeline import source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -53,8 +53,11 @@ PREFIX = f"cr{RUN_ID}"
 DATABASE = f"cr_{RUN_ID}"
 TABLES = ("accounts", "transfers", "events")
 NAMED = ("decode", "bronze_written", "between_tables", "hudi_commit", "tables_committed", "compaction")
-# Every named point, a second round of the in-batch ones, and random moments: 15 kills at least.
-PLAN = [*NAMED, "decode", "between_tables", "hudi_commit", "tables_committed", *["random"] * 5]
+# Random moments of the job's first minute on an empty lake (the first batch creates the tables), every named
+# point, a second round of the in-batch ones, and random moments mid-batch: 18 kills at least.
+PLAN = [
+    *["random_start"] * 3, *NAMED, "decode", "between_tables", "hudi_commit", "tables_committed", *["random"] * 5
+]
 
 DDL = f"""
 create schema {SCHEMA};
@@ -142,18 +145,24 @@ def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
         yield conn
 
 
-def job_conf(lake: str, path: Path, max_offsets: int | None) -> Path:
-    """conf/local.yaml pointed at this test's topics and lake; small batches while killing, none at the end."""
+def job_conf(
+    lake: str, path: Path, max_offsets: int | None, *, prefix: str = PREFIX, database: str = DATABASE,
+    tables: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None,
+) -> Path:
+    """conf/local.yaml pointed at one test's topics and lake; small batches while killing, none at the end."""
     raw = yaml.safe_load(LOCAL_CONF.read_text())
-    raw["kafka"].update({"topic_pattern": PREFIX + r"\.[^.]+\.[^.]+", "max_offsets_per_trigger": max_offsets})
+    raw["kafka"].update({"topic_pattern": prefix + r"\.[^.]+\.[^.]+", "max_offsets_per_trigger": max_offsets})
     raw.pop("sources", None)  # the demo's two sources: this test reads one connector's envelopes
-    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId"}
+    raw["source"] = {"topic_prefix": prefix, "framing": "id4", "id_type": "contentId"}
     raw["lake"].update({
-        "database": DATABASE, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
+        "database": database, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
         "checkpoint_path": f"{lake}/checkpoint",
     })
     raw["trigger"] = {"processing_time": "1 second"}
-    raw["tables"] = {f"{SCHEMA}.events": {"table_type": "MERGE_ON_READ", "compaction_delta_commits": 2}}
+    raw["tables"] = tables if tables is not None else {
+        f"{SCHEMA}.events": {"table_type": "MERGE_ON_READ", "compaction_delta_commits": 2}
+    }
+    raw["spark"]["conf"].update(spark_conf or {})
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -167,15 +176,14 @@ class Job:
         self.runs = 0
 
     def start(
-        self, points: str = "", available_now: bool = False, conf: Path | None = None
+        self, points: str = "", available_now: bool = False, conf: Path | None = None,
+        table: str = f"{DATABASE}/{SCHEMA}_accounts",  # Copy-on-Write (app/pause.py)
     ) -> subprocess.Popen[bytes]:
         self.runs += 1
+        self.started = time.monotonic()
         pauses = self.folder / f"pauses-{self.runs}"
         pauses.mkdir()
-        env = {
-            **os.environ, "CDC_PAUSE_AT": points, "CDC_PAUSE_DIR": str(pauses),
-            "CDC_PAUSE_TABLE": f"{DATABASE}/{SCHEMA}_accounts",  # Copy-on-Write (app/pause.py)
-        }
+        env = {**os.environ, "CDC_PAUSE_AT": points, "CDC_PAUSE_DIR": str(pauses), "CDC_PAUSE_TABLE": table}
         args = [sys.executable, "app/main.py", "--conf", str(conf or self.conf)]
         args += ["--available-now"] if available_now else []
         self.log = self.folder / f"job-{self.runs}.log"
@@ -190,16 +198,19 @@ class Job:
         return self.log.read_text(errors="replace").splitlines()
 
 
-def in_flight(spark: SparkSession, silver: str) -> dict[str, Any]:
+def in_flight(
+    spark: SparkSession, silver: str, tables: tuple[str, ...] = TABLES, database: str = DATABASE, schema: str = SCHEMA
+) -> dict[str, Any]:
     """Per Silver table: instants requested or inflight but not completed, and marker folders."""
     state: dict[str, Any] = {}
-    for table in TABLES:
-        path = f"{silver}/{DATABASE}/{SCHEMA}_{table}"
+    for table in tables:
+        path = f"{silver}/{database}/{schema}_{table}"
         timeline = [n for n in list_files(spark, f"{path}/.hoodie/timeline") if "/" not in n]
         completed = {n.split("_")[0] for n in timeline if "_" in n.split(".")[0]}
         pending = sorted(n for n in timeline if n.split(".")[0].split("_")[0] not in completed)
         markers = sorted({f.split("/")[0] for f in list_files(spark, f"{path}/.hoodie/.temp")})
-        state[table] = {"pending": pending, "markers": markers, "completed": len(completed)}
+        created = fs_and_path(spark, f"{path}/.hoodie")[0].exists(fs_and_path(spark, f"{path}/.hoodie")[1])
+        state[table] = {"pending": pending, "markers": markers, "completed": len(completed), "created": created}
     return state
 
 
@@ -326,6 +337,13 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
             found = wait(compacting, process, 420, "a compaction", job)
             k.observed = {"in_flight": in_flight(spark, silver)}
             k.landed = "hit" if found else "no compaction seen in 420 s"
+        elif k.point == "random_start":  # 8-40 s after the process started, as a user's kill would land
+            at = rng.uniform(8, 40)
+            wait(lambda: time.monotonic() - job.started > at, process, 60, "the moment", job)
+            state = in_flight(spark, silver)
+            creating = [t for t, s in state.items() if s["created"] and not s["completed"]]
+            k.observed = {"after_s": round(time.monotonic() - job.started, 1), "in_flight": state}
+            k.landed = f"random, creating {','.join(creating)}" if creating else "random"
         else:  # random: some moment after a batch began
             wait(lambda: any("batch=" in line for line in job.log_lines()), process, 300, "a batch", job)
             time.sleep(rng.uniform(0.5, 15))
@@ -336,3 +354,176 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
         if process.poll() is None:
             kill(process)
     return k
+
+
+# Kills inside the creation of each kind of table, through the whole job on S3 (app/creation.py).
+C_SCHEMA = f"cc_{RUN_ID}"
+C_PREFIX = f"cc{RUN_ID}"
+C_DATABASE = f"cc_{RUN_ID}"
+# Written in this order within a batch (plans are sorted by topic), so each table is still new when its kills
+# come: a Copy-on-Write table, a Merge-on-Read table, a partitioned table (record-level index) and, last, the
+# delete ledger of d_led (written before d_led's own Silver commit).
+C_TABLES = ("a_cow", "b_mor", "c_part", "d_led")
+C_DDL = f"""
+create schema {C_SCHEMA};
+create table {C_SCHEMA}.a_cow (id int primary key, name text, tags text[], amount numeric(12,2));
+create table {C_SCHEMA}.b_mor (id int primary key, kind text, payload jsonb);
+create table {C_SCHEMA}.c_part (id int primary key, region text not null, at timestamptz);
+create table {C_SCHEMA}.d_led (id int primary key, name text);
+insert into {C_SCHEMA}.a_cow select i, 'n' || i, array['t' || i, null], i * 1.5 from generate_series(1, 40) i;
+insert into {C_SCHEMA}.b_mor select i, 'k' || (i % 3), jsonb_build_object('n', i) from generate_series(1, 40) i;
+insert into {C_SCHEMA}.c_part
+  select i, (array['eu', 'us', 'apac'])[i % 3 + 1], timestamptz '2024-01-01' + i * interval '1 day'
+  from generate_series(1, 40) i;
+insert into {C_SCHEMA}.d_led select i, 'n' || i from generate_series(1, 40) i;
+"""
+# After the snapshot: updates of every table, a partition move, a primary-key change and deletes (d_led's make
+# its ledger).
+C_CHANGES = f"""
+update {C_SCHEMA}.a_cow set amount = amount + 1, tags = array[null, 'u'] where id <= 10;
+delete from {C_SCHEMA}.a_cow where id in (11, 12);
+update {C_SCHEMA}.a_cow set id = 100 where id = 13;
+update {C_SCHEMA}.b_mor set payload = payload || '{{"u": 1}}' where id % 4 = 0;
+update {C_SCHEMA}.c_part set region = 'eu' where region = 'us' and id < 20;
+delete from {C_SCHEMA}.c_part where id = 5;
+delete from {C_SCHEMA}.d_led where id % 5 = 0;
+update {C_SCHEMA}.d_led set name = 'u' || id where id % 7 = 0;
+"""
+# Records per topic once the changes are in: snapshot, changes, a tombstone after each delete (3 for the key change).
+C_RECORDS = {"a_cow": 40 + 10 + 2 * 2 + 3, "b_mor": 40 + 10, "c_part": 40 + 7 + 2, "d_led": 40 + 2 * 8 + 4}
+C_COMPARE: dict[str, tuple[str, str, list[str]]] = {
+    "a_cow": ("id", "select id, name, tags, amount::text from {s}.a_cow",
+              ["id", "name", "tags", "cast(amount as string)"]),
+    "b_mor": ("id", "select id, kind, payload::text from {s}.b_mor", ["id", "kind", "payload"]),
+    "c_part": ("id", "select id, region, (extract(epoch from at) * 1e6)::bigint from {s}.c_part",
+               ["id", "region", "unix_micros(at)"]),
+    "d_led": ("id", "select id, name from {s}.d_led", ["id", "name"]),
+}
+C_TABLE_CONF = {
+    f"{C_SCHEMA}.b_mor": {"table_type": "MERGE_ON_READ"},
+    f"{C_SCHEMA}.c_part": {"partition_by": "region"},
+}
+# jvm/'s io.cdclake.testing file systems: they pause before a given file of a table's creation is created.
+PAUSING_FS = {
+    "spark.hadoop.fs.s3a.impl": "io.cdclake.testing.PausingS3AFileSystem",
+    "spark.hadoop.fs.file.impl": "io.cdclake.testing.PausingLocalFileSystem",
+}
+LEDGER = "ledger"  # d_led's delete ledger
+# (point, table): every creation point of each kind of table, in the order the job reaches them.
+CREATION_PLAN = [
+    ("create_layout", "a_cow"), ("create_metadata", "a_cow"), ("create_first_commit", "a_cow"),
+    ("create_layout", "b_mor"), ("create_metadata", "b_mor"), ("create_first_commit", "b_mor"),
+    ("create_layout", "c_part"), ("create_record_index", "c_part"), ("create_first_commit", "c_part"),
+    ("create_layout", LEDGER), ("create_first_commit", LEDGER),
+]
+
+
+def creation_state(spark: SparkSession, path: str) -> dict[str, bool]:
+    """What a table folder holds, as the creation points' preconditions name it."""
+    files = list_files(spark, path)
+    timeline = [f.removeprefix(".hoodie/timeline/") for f in files if f.startswith(".hoodie/timeline/")]
+    timeline = [f for f in timeline if "/" not in f]
+    metadata = [f.removeprefix(".hoodie/metadata/.hoodie/timeline/") for f in files
+                if f.startswith(".hoodie/metadata/.hoodie/timeline/")]
+    fs, meta = fs_and_path(spark, f"{path}/.hoodie")
+    return {
+        "created": bool(fs.exists(meta)),
+        "properties": ".hoodie/hoodie.properties" in files or ".hoodie/hoodie.properties.backup" in files,
+        "completed": any("_" in f.split(".")[0] for f in timeline),
+        "pending": any(f.endswith((".requested", ".inflight")) for f in timeline),
+        "metadata_files_done": any(f.startswith("00000000000000000_") for f in metadata),
+        "metadata_pending": any(f.endswith(".inflight") and "_" not in f.split(".")[0] for f in metadata),
+        "data": any(f.endswith(".parquet") and not f.startswith(".hoodie/") for f in files),
+    }
+
+
+# What each point must find in the table when the job is killed there.
+CREATION_PRECONDITION: dict[str, dict[str, bool]] = {
+    "create_layout": {"created": True, "properties": False, "completed": False},
+    "create_metadata": {"properties": True, "pending": True, "metadata_pending": True, "completed": False,
+                        "data": False},
+    "create_record_index": {"properties": True, "pending": True, "metadata_files_done": True, "completed": False,
+                            "data": False},
+    "create_first_commit": {"properties": True, "pending": True, "completed": False, "data": True},
+}
+
+
+@pytest.fixture(scope="module")
+def creation_source(stack: None) -> Iterator[psycopg.Connection]:
+    with source_schema(C_SCHEMA, C_DDL) as conn:
+        yield conn
+
+
+def test_kill_9_inside_table_creation_is_repaired_on_restart(
+    spark: SparkSession, creation_source: psycopg.Connection, lake_root: str, test_dir: Path
+) -> None:
+    folder = test_dir / "crash-creation"
+    folder.mkdir()
+    lake = f"{lake_root}/crash-creation"
+    silver = f"{lake}/silver"
+    paths = {t: f"{silver}/{C_DATABASE}/{C_SCHEMA}_{t}" for t in C_TABLES}
+    paths[LEDGER] = f"{silver}/{C_DATABASE}/_cdc_delete_ledger/{C_SCHEMA}_d_led"
+    conf = job_conf(lake, folder / "job.yaml", None, prefix=C_PREFIX, database=C_DATABASE, tables=C_TABLE_CONF,
+                    spark_conf=PAUSING_FS)
+    job = Job(conf, folder)
+    kills: list[Kill] = []
+    with debezium_connector(f"cc-{RUN_ID}", C_PREFIX, [C_SCHEMA]):
+        for t in C_TABLES:
+            wait_for_records(f"{C_PREFIX}.{C_SCHEMA}.{t}", 40, timeout_s=120)
+        creation_source.execute(C_CHANGES)
+        # Every change in Kafka before the job starts: each run replays one batch 0 holding all of them.
+        for t, count in C_RECORDS.items():
+            wait_for_records(f"{C_PREFIX}.{C_SCHEMA}.{t}", count, timeout_s=120)
+        for n, (point, table) in enumerate(CREATION_PLAN, start=1):
+            k = Kill(n, f"{point}:{table}")
+            end = paths[table].split("/silver/", 1)[1]  # <database>/<table>, <database>/_cdc_delete_ledger/<table>
+            process = job.start(point, available_now=True, table=end)
+            try:
+                if wait(lambda: job.pause_file(point).exists(), process, 300, point, job):  # noqa: B023
+                    state = creation_state(spark, paths[table])
+                    expected = CREATION_PRECONDITION[point]
+                    k.observed = {"reached": json.loads(job.pause_file(point).read_text())["path"], "state": state}
+                    k.landed = "hit" if all(state[c] == v for c, v in expected.items()) else "precondition not observed"
+                else:
+                    k.landed = "not reached in 300 s"
+            finally:
+                if process.poll() is None:
+                    kill(process)
+            kills.append(k)
+            log.warning("creation kill %d at %s: %s %s", n, k.point, k.landed, k.observed)
+        process = job.start(available_now=True)
+        assert process.wait(900) == 0, "\n".join(job.log_lines()[-40:])
+        runs = job.runs
+
+    report = "\n".join(f"kill {k.n:2d} {k.point:32s} {k.landed}  {json.dumps(k.observed)}" for k in kills)
+    print(f"\n{len(kills)} kills inside table creation\n{report}")
+    missed = [k.point for k in kills if k.landed != "hit"]
+    assert not missed, f"creation points not hit with their precondition: {missed}\n{report}"
+
+    # The job's repair named what it removed, after each kill that left nothing committed.
+    repairs = [
+        line for run in range(1, runs + 1) for line in (folder / f"job-{run}.log").read_text(errors="replace")
+        .splitlines() if "creation at" in line and "was interrupted" in line
+    ]
+    repaired_tables = {t for t in (*C_TABLES, LEDGER) for line in repairs if paths[t] + " " in line}
+    assert repaired_tables == {table for _, table in CREATION_PLAN}, repairs
+
+    compared = {}
+    for table, (key, sql, columns) in C_COMPARE.items():
+        df = spark.read.format("hudi").load(paths[table])
+        assert df.count() == df.select(key).distinct().count(), f"{table}: a record key appears twice"
+        actual = sorted(tuple(r) for r in df.selectExpr(*columns).collect())
+        expected_rows = sorted(tuple(r) for r in creation_source.execute(sql.format(s=C_SCHEMA)).fetchall())
+        assert actual == expected_rows, f"{table}: Silver differs from PostgreSQL"
+        compared[table] = len(expected_rows)
+    ledger_keys = {r.id for r in spark.read.format("hudi").load(paths[LEDGER]).select("id").collect()}
+    assert ledger_keys == {i for i in range(1, 41) if i % 5 == 0}, sorted(ledger_keys)
+
+    bronze = read_bronze(spark, f"{lake}/bronze")
+    assert bronze is not None
+    held = [(r.topic, r.partition, r.offset) for r in bronze.select("topic", "partition", "offset").collect()]
+    kafka = {(r.topic, r.partition, r.offset) for t in C_TABLES for r in read_topic(f"{C_PREFIX}.{C_SCHEMA}.{t}")}
+    assert len(held) == len(set(held)), "an offset is in Bronze twice"
+    assert set(held) == kafka, f"Bronze misses {len(kafka - set(held))} offsets, has {len(set(held) - kafka)} extra"
+    print(f"rows compared: {compared}; ledger keys {len(ledger_keys)}; Kafka offsets in Bronze exactly once: "
+          f"{len(kafka)}")

@@ -16,7 +16,6 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import boto3
 import psycopg
@@ -25,7 +24,7 @@ from pyspark.sql import SparkSession
 
 from tests.conftest import ROOT, RUN_ID
 from tests.support.cdc import debezium_connector, wait_for_records
-from tests.support.pipeline import source_schema, spark_submit_conf
+from tests.support.pipeline import differences, source_schema, spark_submit_conf
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -98,17 +97,6 @@ def run_image(args: list[str], log: Path) -> int:
             raise
 
 
-def differences(actual: dict[int, tuple[Any, ...]], expected: dict[int, tuple[Any, ...]]) -> list[str]:
-    """Every value that differs, named by key and column."""
-    found = [f"id {k}: missing in Silver" for k in sorted(expected.keys() - actual.keys())]
-    found += [f"id {k}: in Silver only" for k in sorted(actual.keys() - expected.keys())]
-    for key in sorted(expected.keys() & actual.keys()):
-        for column, got, want in zip(COLUMNS, actual[key], expected[key], strict=True):
-            if got != want:
-                found.append(f"id {key} {column}: Silver {got!r}, PostgreSQL {want!r}")
-    return found
-
-
 def test_image_entrypoint_runs_the_job_as_its_own_user(
     spark: SparkSession, pg_conn: psycopg.Connection, image: str, lake_root: str, test_dir: Path
 ) -> None:
@@ -150,4 +138,4 @@ def test_image_entrypoint_runs_the_job_as_its_own_user(
     source = pg_conn.execute(f"select id, name, price::text, added, flags::text, note from {SCHEMA}.items")
     expected = {r[0]: tuple(r) for r in source.fetchall()}
     assert len(expected) == ROWS and len(rows) == len(actual)
-    assert not differences(actual, expected), "\n".join(differences(actual, expected))
+    assert not differences(actual, expected, COLUMNS), "\n".join(differences(actual, expected, COLUMNS))

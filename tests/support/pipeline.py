@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Self
+from typing import Any, Self
 
 import psycopg
 import yaml
@@ -59,3 +59,16 @@ def spark_submit_conf(prefix: str, database: str, lake: str, warehouse: str) -> 
     raw["metastore"]["warehouse_path"] = warehouse
     raw["spark"].pop("jars_dir")
     return yaml.safe_dump(raw).encode()
+
+
+def differences(
+    actual: dict[int, tuple[Any, ...]], expected: dict[int, tuple[Any, ...]], columns: tuple[str, ...]
+) -> list[str]:
+    """Every value that differs between Silver and PostgreSQL rows by `id`, named by key and column."""
+    found = [f"id {k}: missing in Silver" for k in sorted(expected.keys() - actual.keys())]
+    found += [f"id {k}: in Silver only" for k in sorted(actual.keys() - expected.keys())]
+    for key in sorted(expected.keys() & actual.keys()):
+        for column, got, want in zip(columns, actual[key], expected[key], strict=True):
+            if got != want:
+                found.append(f"id {key} {column}: Silver {got!r}, PostgreSQL {want!r}")
+    return found

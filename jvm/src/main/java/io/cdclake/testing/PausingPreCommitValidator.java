@@ -1,10 +1,5 @@
 package io.cdclake.testing;
 
-import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.util.Arrays;
 import java.util.Set;
 
@@ -46,24 +41,8 @@ public class PausingPreCommitValidator<T, I, K, O extends HoodieData<WriteStatus
     if (dir == null || !Arrays.asList(armed.split(",")).contains(POINT) || !basePath.contains(table)) {
       return;
     }
-    String json = "{\"point\": \"" + POINT + "\", \"instant\": \"" + instantTime + "\", \"table\": \""
-        + basePath + "\"}";
-    try {
-      Path target = Path.of(dir, POINT + ".json");
-      Path tmp = Path.of(dir, POINT + ".json.tmp");
-      Files.writeString(tmp, json, StandardCharsets.UTF_8);
-      Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE);
-    } catch (IOException e) {
-      throw new IllegalStateException("cannot write the pause file in " + dir, e);
-    }
-    while (true) {
-      try {
-        Thread.sleep(60_000L);
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        return;
-      }
-    }
+    CreationPauses.pause(dir, POINT, "{\"point\": \"" + POINT + "\", \"instant\": \"" + instantTime
+        + "\", \"table\": \"" + basePath + "\"}");
   }
 
   @Override
