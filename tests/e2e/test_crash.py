@@ -6,6 +6,7 @@ transactions spanning tables). The job runs as its own process (`app/main.py`, c
 batches, lake and checkpoint on S3; `events` is Merge-on-Read, compacting every 2 delta commits) and is
 killed with SIGKILL again and again, each time restarted:
 
+- in its first minute on an empty lake, at random moments (its first batch creates the tables);
 - at every named pause point (app/pause.py): `decode`, `bronze_written`, `between_tables`, `hudi_commit`
   (inside a Hudi commit, markers present) and `tables_committed` (Spark has not recorded the batch: it
   replays it); and during a compaction of `events`, seen on its timeline;
@@ -17,6 +18,9 @@ stops, one `--available-now` run catches up, and:
 - every Silver table equals its PostgreSQL table, typed and value by value;
 - no record key appears twice;
 - Bronze holds every Kafka offset of the run exactly once.
+
+A second test kills the job inside the creation of each kind of table (app/creation.py), at the creation points
+of jvm/'s pausing file systems, and checks the same at the end.
 """
 from __future__ import annotations
 
@@ -53,10 +57,12 @@ PREFIX = f"cr{RUN_ID}"
 DATABASE = f"cr_{RUN_ID}"
 TABLES = ("accounts", "transfers", "events")
 NAMED = ("decode", "bronze_written", "between_tables", "hudi_commit", "tables_committed", "compaction")
-# Random moments of the job's first minute on an empty lake (the first batch creates the tables), every named
+# Random moments of the job's first minute on an empty lake (8-40 s after the start, then 0-20 s after the first
+# batch's first table line, while it creates the others), every named
 # point, a second round of the in-batch ones, and random moments mid-batch: 18 kills at least.
 PLAN = [
-    *["random_start"] * 3, *NAMED, "decode", "between_tables", "hudi_commit", "tables_committed", *["random"] * 5
+    "random_start", *["random_first_batch"] * 2, *NAMED,
+    "decode", "between_tables", "hudi_commit", "tables_committed", *["random"] * 5,
 ]
 
 DDL = f"""
@@ -310,7 +316,7 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
 
     missed = [p for p in NAMED if not any(k.point == p and k.landed == "hit" for k in kills)]
     assert not missed, f"named points never hit with their precondition: {missed}\n{report}"
-    assert len(kills) >= 15
+    assert len(kills) >= 18
 
 
 def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.Random) -> Kill:
@@ -337,9 +343,15 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
             found = wait(compacting, process, 420, "a compaction", job)
             k.observed = {"in_flight": in_flight(spark, silver)}
             k.landed = "hit" if found else "no compaction seen in 420 s"
-        elif k.point == "random_start":  # 8-40 s after the process started, as a user's kill would land
-            at = rng.uniform(8, 40)
-            wait(lambda: time.monotonic() - job.started > at, process, 60, "the moment", job)
+        elif k.point in ("random_start", "random_first_batch"):
+            # 8-40 s after the process started, as a user's kill would land; or 0-20 s after the first batch's
+            # first table line, while the first batch writes (and creates) the other tables.
+            if k.point == "random_first_batch":
+                wait(lambda: any("batch=" in line for line in job.log_lines()), process, 300, "a batch", job)
+                wait_s = rng.uniform(0, 20)
+            else:
+                wait_s = rng.uniform(8, 40) - (time.monotonic() - job.started)
+            time.sleep(max(0.0, wait_s))
             state = in_flight(spark, silver)
             creating = [t for t, s in state.items() if s["created"] and not s["completed"]]
             k.observed = {"after_s": round(time.monotonic() - job.started, 1), "in_flight": state}
