@@ -64,6 +64,41 @@ def test_a_folder_left_with_only_the_schema_folder_is_created_afresh(
     assert any(".hoodie/.schema/" in m and "interrupted" in m for m in _warned(caplog)), _warned(caplog)
 
 
+# States between the pause points, made by hand on the lake as the shipped config puts it (S3): a kill while Hudi
+# rewrites hoodie.properties through its backup (after "delete properties", before "create properties"), and a kill
+# after the first instant went inflight and the partition marker was written, before any data file.
+HAND_MADE = {
+    "properties-only-as-backup": [
+        ".hoodie/hoodie.properties.backup", ".hoodie/timeline/20261125120000000.commit.requested",
+        ".hoodie/metadata/.hoodie/hoodie.properties",
+        ".hoodie/metadata/.hoodie/timeline/00000000000000000_20261125120001000.deltacommit",
+    ],
+    "inflight-without-data": [
+        ".hoodie/hoodie.properties", ".hoodie/timeline/20261125120000000.commit.requested",
+        ".hoodie/timeline/20261125120000000.inflight", "d1/.hoodie_partition_metadata",
+        ".hoodie/.temp/20261125120000000/d1/x.parquet.marker.CREATE",
+    ],
+}
+
+
+@pytest.mark.parametrize("state", sorted(HAND_MADE))
+def test_states_between_the_pause_points_are_created_afresh(
+    spark: SparkSession, lake_root: str, caplog: pytest.LogCaptureFixture, state: str
+) -> None:
+    path = f"{lake_root}/creation/{state}-{uuid.uuid4().hex[:6]}"
+    fs, root = fs_and_path(spark, path)
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
+    for relative in HAND_MADE[state]:
+        fs.create(hadoop_path(root, relative), True).close()
+    target = HudiTarget("db", "t", path, ("id",))
+    with caplog.at_level(logging.WARNING, logger="app.creation"):
+        write_silver(spark.createDataFrame(FIRST, SCHEMA), target, 0, "q", NO_SYNC)
+    assert _rows(spark, path) == [(1, "a"), (2, "b")]
+    warned = [m for m in _warned(caplog) if path + " " in m]
+    assert len(warned) == 1 and HAND_MADE[state][0] in warned[0], _warned(caplog)
+    assert not any(f.startswith("d1/") or f.endswith(".backup") for f in list_files(spark, path))
+
+
 def test_folders_with_a_completed_commit_or_data_are_never_removed(
     spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
