@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +66,8 @@ from app.unwrap import (
 
 log = logging.getLogger(__name__)
 
+HISTORY_BATCHES = 100  # batches kept in BatchProcessor.history, for tests and tools that look back
+
 
 @dataclass
 class TableBatchStats:
@@ -101,7 +103,8 @@ class BatchProcessor:
         self.config = config
         self.registry = registry
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
-        self.history: list[dict[str, TableBatchStats]] = []  # every batch this processor wrote
+        # The latest batches this processor wrote (a bounded window: a stream runs for months).
+        self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
         self.failure: PipelineError | None = None
         self.roots: PartitionRoots = {}  # partitions -> partitioned tables, read per batch (app/catalog.py)
         # The latest planned batch's topics that feed no table: topic -> (why, records, offsets per partition).

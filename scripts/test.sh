@@ -30,6 +30,7 @@ export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
 # The stack's S3 server takes any key; these only apply when no AWS credentials are set.
 export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}
 rc=0
-.venv/bin/pytest "$@" || rc=$?
+# The slowest tests and the time per module are printed on every run (tests/conftest.py).
+.venv/bin/pytest --durations=25 "$@" || rc=$?
 echo "[test] finished in $((SECONDS - start))s (exit $rc)"
 exit $rc

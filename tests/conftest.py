@@ -85,3 +85,21 @@ def lake_root(local_config: JobConfig) -> str:
 def test_dir() -> Path:
     TEST_DIR.mkdir(parents=True, exist_ok=True)
     return TEST_DIR
+
+
+_module_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Time per test module (set-up, call and tear-down, module fixtures included), for the summary below."""
+    module = report.nodeid.split("::", 1)[0]
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _module_seconds:
+        return
+    terminalreporter.section("time per module")
+    for module, seconds in sorted(_module_seconds.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    terminalreporter.write_line(f"{sum(_module_seconds.values()):8.1f} s  in all")
