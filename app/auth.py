@@ -14,7 +14,7 @@ import requests
 from requests.auth import AuthBase, HTTPBasicAuth
 
 from app.config import RegistryAuthConfig
-from app.errors import RegistryAuthError
+from app.errors import RegistryAuthError, required
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ class ClientCredentials(AuthBase):
         with self._lock:
             if self._token is None or self._clock() >= self._renew_at:
                 self._fetch()
-            assert self._token is not None
-            return self._token
+            return required(self._token, "the fetched OIDC token")
 
     def invalidate(self) -> None:
         with self._lock:
@@ -119,12 +118,11 @@ def _oauth_error(response: requests.Response) -> str:
 def auth_from_config(cfg: RegistryAuthConfig, timeout_s: float = 10.0) -> AuthBase | None:
     """The auth object for a `registry.auth` section, or None for type none."""
     if cfg.type == "basic":
-        assert cfg.username is not None
-        return HTTPBasicAuth(cfg.username, cfg.secret())
+        return HTTPBasicAuth(required(cfg.username, "registry.auth.username"), cfg.secret())
     if cfg.type == "oidc":
-        assert cfg.token_url is not None and cfg.client_id is not None
         return ClientCredentials(
-            cfg.token_url, cfg.client_id, cfg.secret(),
+            required(cfg.token_url, "registry.auth.token_url"), required(cfg.client_id, "registry.auth.client_id"),
+            cfg.secret(),
             scope=cfg.scope, refresh_margin_s=cfg.refresh_margin_s, timeout_s=timeout_s,
         )
     return None

@@ -33,7 +33,7 @@ from app.commit import Committed, OffsetRanges, commit_metadata, last_committed
 from app.config import JobConfig
 from app.decode import decode_error_from, decode_value, record_fields
 from app.deletes import BLOCKED_COL, REINSERT_COL, ledger_changes, read_ledger, with_ledger_verdict
-from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause
+from app.errors import EnvelopeError, PipelineError, SchemaDecodeError, SinkWriteError, java_root_cause, required
 from app.framing import Framing, with_source_framings
 from app.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
 from app.partitioning import with_partition_field
@@ -250,7 +250,7 @@ class BatchProcessor:
             .orderBy("topic", "partition", "offset")
             .first()
         )
-        assert bad is not None  # the summary counted at least one such row
+        bad = required(bad, "a badly framed row the summary counted")
         side = "value" if bad["topic"] in bad_values and bad["value_frame_error"] is not None else "key"
         raise SchemaDecodeError(
             bad["topic"], bad["partition"], bad["offset"], None, f"{side} {bad[f'{side}_frame_error']}"
@@ -325,8 +325,8 @@ class BatchProcessor:
     def _write_events(self, plan: TablePlan, target: HudiTarget, batch_id: int, query_id: str) -> None:
         """One table's share of the batch: judge the events (latest per key, delete ledger), count, fill
         unavailable values when an event to be written lacks some, record deletes in the ledger, upsert."""
-        assert plan.events_df is not None
-        spark = plan.events_df.sparkSession
+        events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
+        spark = events_df.sparkSession
         stats = plan.stats
         keys = target.record_key
         batch_offsets = OffsetRanges(plan.summary.offsets)
@@ -348,7 +348,7 @@ class BatchProcessor:
                 "batch=%s table=%s offsets %s committed up to %s at %s: writing %s only",
                 batch_id, target.qualified_name, batch_offsets, dict(committed.last), committed.instant, new_offsets,
             )
-            plan = dataclasses.replace(plan, events_df=plan.events_df.filter(plan.not_applied(committed)))
+            plan = dataclasses.replace(plan, events_df=events_df.filter(plan.not_applied(committed)))
             # Counted as offsets: Kafka transaction markers (a connector with exactly-once delivery) would make
             # this an overestimate, hence the floor on `skipped` below.
             stats.replayed = sum(last - first + 1 for first, last in batch_offsets.ranges.values()) - sum(
@@ -396,8 +396,8 @@ class BatchProcessor:
             judged_df.unpersist()
 
     def _warn_unresolved(self, unresolved_df: DataFrame, plan: TablePlan) -> None:
-        assert plan.record_key is not None
-        sample = unresolved_df.select(*plan.record_key, UNAVAILABLE_COL).limit(5).collect()
+        key = required(plan.record_key, f"{plan.route.qualified_name}: the record key")
+        sample = unresolved_df.select(*key, UNAVAILABLE_COL).limit(5).collect()
         log.warning(
             "%s: %d upserts carry Debezium's unavailable-value placeholder and no earlier version of their key is "
             "known (a primary-key change of a row with TOASTed values?); those columns are written as null. "
@@ -407,8 +407,7 @@ class BatchProcessor:
 
     def _check_keyless(self, plan: TablePlan) -> None:
         """No record in the batch had a key: fine for truncates and messages only, else the table has no key."""
-        assert plan.events_df is not None
-        if plan.events_df.limit(1).count():
+        if required(plan.events_df, f"{plan.route.qualified_name}: the events").limit(1).count():
             route = plan.route
             raise EnvelopeError(
                 f"{route.topic}: change events without a key (a table without a primary key?); "
@@ -576,16 +575,17 @@ class TablePlan:
 
     def judged_df(self, ledger_df: DataFrame | None = None) -> DataFrame:
         """The events with the latest one per record key flagged, and the delete ledger's verdict."""
-        assert self.events_df is not None and self.record_key is not None
-        flagged_df = self.events_df.transform(with_latest_flag, self.record_key)
-        return with_ledger_verdict(flagged_df, ledger_df, self.record_key)
+        events_df = required(self.events_df, f"{self.route.qualified_name}: the events")
+        key = required(self.record_key, f"{self.route.qualified_name}: the record key")
+        flagged_df = events_df.transform(with_latest_flag, key)
+        return with_ledger_verdict(flagged_df, ledger_df, key)
 
     def carried_df(self, judged_df: DataFrame, current_df: DataFrame | None = None) -> DataFrame:
         """Unavailable values filled from the key's earlier events, and from `current_df` (the table as it is)."""
-        assert self.record_key is not None
-        with_history = judged_df if current_df is None else with_current_rows(judged_df, current_df, self.record_key)
+        key = required(self.record_key, f"{self.route.qualified_name}: the record key")
+        with_history = judged_df if current_df is None else with_current_rows(judged_df, current_df, key)
         return (
-            with_history.transform(with_carried_values, self.record_key, self.carry_columns)
+            with_history.transform(with_carried_values, key, self.carry_columns)
             .transform(filter_current_rows)
         )
 
@@ -732,8 +732,7 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
         F.max(F.when(latest & ~blocked, F.col(POSITION_COL))).alias("max_position"),
         *per_source,
     ).first()
-    assert row is not None  # a global aggregate always returns one row
-    return row.asDict()
+    return required(row, "the row of a global aggregate").asDict()
 
 
 def _max_position(counts: dict[str, Any], sources: dict[str, list[str]]) -> str | None:

@@ -30,6 +30,7 @@ from typing import Any, Final
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
+from app.errors import required
 from app.hudi import COMMIT_META_PREFIX, table_exists
 
 OFFSETS_KEY: Final = f"{COMMIT_META_PREFIX}offsets"
@@ -133,8 +134,7 @@ def last_committed(spark: SparkSession, table_path: str) -> Committed | None:
     """
     if not table_exists(spark, table_path):
         return None
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
+    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
     hudi = jvm.org.apache.hudi
     conf = hudi.storage.hadoop.HadoopStorageConfiguration(spark.sparkContext._jsc.hadoopConfiguration())
     meta_client = hudi.common.table.HoodieTableMetaClient.builder().setConf(conf).setBasePath(table_path).build()

@@ -1,6 +1,10 @@
 """One error hierarchy for the pipeline: every failure a user can act on is a PipelineError."""
 from __future__ import annotations
 
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class PipelineError(Exception):
     """Base of every error the pipeline raises on purpose."""
@@ -75,3 +79,15 @@ class ResumeError(PipelineError):
 
 class RerouteError(PipelineError):
     """A topic now feeds another Silver table than the one that applied its offsets so far (app/status.py)."""
+
+
+class InternalError(RuntimeError):
+    """Something this code's own logic guarantees did not hold: a bug to report, with what was missing."""
+
+
+def required(value: T | None, what: str) -> T:
+    """`value`, which the caller's logic guarantees is set. A runtime check that `python -O` keeps (an assert
+    would be dropped)."""
+    if value is None:
+        raise InternalError(f"internal error: {what} is missing")
+    return value

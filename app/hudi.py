@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app import pause
 from app.creation import repair_interrupted_creation
+from app.errors import required
 from app.lakefs import list_files
 from app.partitioning import PartitionSpec
 from app.position import POSITION_COL
@@ -183,8 +184,7 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     A table whose first commit failed has a `.hoodie` folder but nothing to read yet. Hudi 1.x names a
     completed instant `<begin>_<end>.<action>` in `.hoodie/timeline/`.
     """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
+    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
     completed = jvm.org.apache.hadoop.fs.Path(
         path.rstrip("/") + "/.hoodie/timeline/*_*.{commit,deltacommit,replacecommit}"
     )

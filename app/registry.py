@@ -28,7 +28,7 @@ from requests.auth import AuthBase
 
 from app.auth import ClientCredentials, auth_from_config
 from app.config import RegistryConfig
-from app.errors import ConfigError, RegistryError
+from app.errors import ConfigError, RegistryError, required
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,7 @@ class RegistryClient:
         if cached is not None:
             return cached
         url = self.schema_url(schema_id, id_type)
-        text = self._fetch(schema_id, url)
-        assert text is not None  # a 404 raised
+        text = required(self._fetch(schema_id, url), f"the schema text of {url} (a 404 raises)")
         text = self._schema_text(schema_id, url, text)
         with self._lock:
             return self._cache.setdefault(key, text)

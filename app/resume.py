@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from app.commit import Committed, last_committed
 from app.config import JobConfig
-from app.errors import ResumeError
+from app.errors import ResumeError, required
 from app.hudi import table_exists
 from app.lakefs import fs_and_path
 
@@ -92,8 +92,7 @@ def starting_offsets_json(
 def kafka_partitions(spark: SparkSession, config: JobConfig) -> dict[str, list[int]]:
     """The partitions of every topic the job subscribes to, from Kafka's admin API in the driver's JVM (with the
     job's own Kafka options, so MSK IAM or SASL settings apply)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
+    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
     props = jvm.java.util.Properties()
     props.setProperty("bootstrap.servers", config.kafka.bootstrap_servers)
     for key, value in config.kafka.options.items():
