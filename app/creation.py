@@ -72,9 +72,15 @@ def repair_interrupted_creation(spark: SparkSession, path: str, table: str) -> l
         if path in _usable:
             return None
     fs, table_path = fs_and_path(spark, path)
-    meta = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(table_path, META_FOLDER)  # type: ignore[union-attr]
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
+    meta = hadoop_path(table_path, META_FOLDER)
     if not fs.exists(meta):
         return None  # no table yet: Hudi creates it
+    # A usable table is known from .hoodie/ and its timeline/ alone: two listings, not one of the whole table.
+    if any(_is_completed_instant(f) for f in _shallow(fs, meta, hadoop_path(meta, "timeline"))):
+        with _usable_lock:
+            _usable.add(path)
+        return None
     files = _files(fs, table_path)
     if any(_is_completed_instant(f) for f in files):
         with _usable_lock:
@@ -110,6 +116,14 @@ def _is_completed_instant(relative: str) -> bool:
     if inside.startswith("timeline/") and inside.count("/") == 1:
         return bool(_COMPLETED_V2.fullmatch(inside.removeprefix("timeline/")))
     return "/" not in inside and bool(_COMPLETED_V1.fullmatch(inside))
+
+
+def _shallow(fs: Any, meta: Any, timeline: Any) -> list[str]:
+    """The files directly in .hoodie/ and .hoodie/timeline/ (relative to the table), where completed instants are."""
+    found = [f"{META_FOLDER}/{s.getPath().getName()}" for s in fs.listStatus(meta) if s.isFile()]
+    if fs.exists(timeline):
+        found += [f"{META_FOLDER}/timeline/{s.getPath().getName()}" for s in fs.listStatus(timeline) if s.isFile()]
+    return found
 
 
 def _files(fs: Any, root: Any) -> list[str]:
