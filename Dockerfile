@@ -39,8 +39,8 @@ COPY app/ app/
 
 # pip's spark-submit finds its Spark home with the python3 first on PATH. spark-submit reads the driver's heap from
 # SPARK_DRIVER_MEMORY (spark.driver.memory in the job's YAML comes too late: the JVM is up before it is read).
-# PYTHONSAFEPATH: Python would put app/ itself first on sys.path for app/main.py, and app/types.py would then stand in
-# for the standard library's `types` (argparse imports it); app/main.py adds app/'s parent, the package root, itself.
+# PYTHONSAFEPATH: Python would put app/ itself first on sys.path for app/main.py, where a module of app/ could stand
+# in for a standard library module of its name; app/main.py adds app/'s parent, the package root, itself.
 ENV PATH=/opt/cdc-lakehouse/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYSPARK_PYTHON=/opt/cdc-lakehouse/.venv/bin/python \
     PYTHONSAFEPATH=1 \

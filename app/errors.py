@@ -74,11 +74,11 @@ def java_root_cause(exc: BaseException) -> str:
 
 
 class ResumeError(PipelineError):
-    """The checkpoint is missing and the Silver tables do not say where to resume (app/resume.py)."""
+    """The checkpoint is missing and the Silver tables do not say where to resume (app/state/resume.py)."""
 
 
 class RerouteError(PipelineError):
-    """A topic now feeds another Silver table than the one that applied its offsets so far (app/status.py)."""
+    """A topic now feeds another Silver table than the one that applied its offsets so far (app/state/status.py)."""
 
 
 class InternalError(RuntimeError):

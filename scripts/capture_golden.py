@@ -27,7 +27,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.connect import converter_config  # noqa: E402
+from devkit.connect import converter_config  # noqa: E402
 from tests.support.cdc import PG_DSN, REGISTRY_URL, KafkaRecord, debezium_connector, wait_for_records  # noqa: E402
 
 MODES = [(framing, id_type) for framing in ("headers", "id8", "id4") for id_type in ("contentId", "globalId")]

@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.config import JobConfig, SourceConfig, load_config  # noqa: E402
-from app.connect import (  # noqa: E402
+from app.routing.route import silver_name  # noqa: E402
+from app.sink.hudi import completed_instants  # noqa: E402
+from app.sink.lakefs import delete_path  # noqa: E402
+from app.spark import build_session  # noqa: E402
+from devkit.connect import (  # noqa: E402
     ConnectClient,
     MariaDbSource,
     PostgresSource,
@@ -40,9 +44,6 @@ from app.connect import (  # noqa: E402
     postgres_connector_config,
     unwrap_smt_config,
 )
-from app.hudi import completed_instants  # noqa: E402
-from app.lakefs import delete_path  # noqa: E402
-from app.spark import build_session  # noqa: E402
 from scripts import tickit  # noqa: E402
 
 log = logging.getLogger("demo")
@@ -152,7 +153,7 @@ def report(config: JobConfig, placement: tickit.Placement) -> bool:
     ok = True
     print(f"\n{'table':<28}{'source':<12}{'rows':>8}{'hudi':>8}  result")
     for table, source_count in tickit.counts(placement).items():
-        silver = f"{config.lake.database}.{table.replace('.', '_')}"
+        silver = f"{config.lake.database}.{silver_name(*table.split('.'))}"
         row = spark.sql(f"select count(*) from {silver}").first()
         hudi_count = row[0] if row else -1
         match = hudi_count == source_count

@@ -3,7 +3,7 @@
 #   cdc_lakehouse.zip  the app/ package, for spark-submit --py-files (Spark puts a .zip on sys.path, not a .whl)
 #   main.py            the entry script (app/main.py; outside the package it leaves sys.path alone)
 #   requirements.txt   the pinned runtime dependencies of setup.cfg, less pyspark (the cluster's Spark brings its own)
-#   cdc-functions.jar  the job's JVM functions (jvm/; app/types.py calls them with `reflect` for numeric over 38
+#   cdc-functions.jar  the job's JVM functions (jvm/; app/cdc/debezium_types.py calls them with `reflect` for numeric over 38
 #                      digits and bit(n)), for spark-submit --jars; built by scripts/setup.sh jvm when jvm/ changed
 # Then, from any working directory (the Kafka, Avro and Hudi jars besides):
 #   spark-submit --jars <out>/cdc-functions.jar --py-files <out>/cdc_lakehouse.zip <out>/main.py --conf <path | s3://...>

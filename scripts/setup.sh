@@ -84,7 +84,7 @@ jars() {
   jvm_functions
 }
 
-# The job's JVM functions (app/types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
+# The job's JVM functions (app/cdc/debezium_types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
 jvm_functions() {
   local stamp=.deps/spark/.cdc-functions.stamp want
   want=$(find jvm/pom.xml jvm/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1)

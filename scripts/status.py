@@ -2,7 +2,7 @@
 """Print the streaming job's status: what each topic feeds, each Silver table's latest batch figures, the topics
 skipped and why, Silver tables no topic feeds any longer, and the last failure.
 
-The job rewrites `<lake.checkpoint_path>/status.json` at start and after every batch (app/status.py); this
+The job rewrites `<lake.checkpoint_path>/status.json` at start and after every batch (app/state/status.py); this
 reads it (a local path, or S3 with boto3: credentials as usual, the endpoint from AWS_ENDPOINT_URL_S3 /
 AWS_ENDPOINT_URL or else the config's `spark.hadoop.fs.s3a.endpoint`). No Spark is started.
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.config import load_config
 from app.errors import ConfigError
-from app.status import read_status, status_path
+from app.state.status import read_status, status_path
 
 FIGURES = ("rows_in", "upserts", "deletes", "skipped", "superseded", "blocked", "unresolved", "replayed")
 

@@ -599,7 +599,7 @@ def _pick(rng: random.Random, candidates: Sequence[Any], k: int, exclude: set[An
     return rng.sample(pool, min(k, len(pool)))
 
 
-def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]:
+def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]:  # noqa: C901, PLR0915 - TODO
     """A burst of about `n` row changes over six tables, in one transaction per database.
 
     Inserts get ids above each table's current maximum; updates change prices, names, seats, start times and set

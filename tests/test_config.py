@@ -1,4 +1,4 @@
-"""app/config.py: one small test per invalid-config case, each asserting ConfigError and the dotted key."""
+"""app/config/model.py: one small test per invalid-config case, each asserting ConfigError and the dotted key."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,7 @@ import pytest
 
 from app.config import JobConfig, RegistryConfig, TableConfig, load_config, parse_config
 from app.errors import ConfigError
-from app.route import route_topic
+from app.routing.route import route_topic
 
 
 def _minimal() -> dict[str, Any]:

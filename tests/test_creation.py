@@ -1,4 +1,4 @@
-"""A table whose creation was interrupted is created afresh by the next write (app/creation.py).
+"""A table whose creation was interrupted is created afresh by the next write (app/sink/creation.py).
 
 The states are made for real: a process writing a new table pauses inside Hudi's creation of it (the file
 systems of jvm/'s io.cdclake.testing stop before a given file is created), is killed with SIGKILL, and the
@@ -24,11 +24,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig
-from app.creation import repair_interrupted_creation
 from app.errors import SinkWriteError
-from app.hudi import HudiTarget, write_silver
-from app.lakefs import fs_and_path, list_files
-from app.resume import silver_tables
+from app.sink.creation import repair_interrupted_creation
+from app.sink.hudi import HudiTarget, write_silver
+from app.sink.lakefs import fs_and_path, list_files
+from app.state.resume import silver_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
@@ -47,7 +47,7 @@ def _rows(spark: SparkSession, path: str) -> list[tuple[object, ...]]:
 
 
 def _warned(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "app.creation" and r.levelno == logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name == "app.sink.creation" and r.levelno == logging.WARNING]
 
 
 def test_a_folder_left_with_only_the_schema_folder_is_created_afresh(
@@ -58,7 +58,7 @@ def test_a_folder_left_with_only_the_schema_folder_is_created_afresh(
     fs, folder = fs_and_path(spark, f"{path}/.hoodie/.schema")
     assert fs.mkdirs(folder)
     target = HudiTarget("db", "t", path, ("id",))
-    with caplog.at_level(logging.WARNING, logger="app.creation"):
+    with caplog.at_level(logging.WARNING, logger="app.sink.creation"):
         write_silver(spark.createDataFrame(FIRST, SCHEMA), target, 0, "q", NO_SYNC)
     assert _rows(spark, path) == [(1, "a"), (2, "b")]
     assert any(".hoodie/.schema/" in m and "interrupted" in m for m in _warned(caplog)), _warned(caplog)
@@ -91,7 +91,7 @@ def test_states_between_the_pause_points_are_created_afresh(
     for relative in HAND_MADE[state]:
         fs.create(hadoop_path(root, relative), True).close()
     target = HudiTarget("db", "t", path, ("id",))
-    with caplog.at_level(logging.WARNING, logger="app.creation"):
+    with caplog.at_level(logging.WARNING, logger="app.sink.creation"):
         write_silver(spark.createDataFrame(FIRST, SCHEMA), target, 0, "q", NO_SYNC)
     assert _rows(spark, path) == [(1, "a"), (2, "b")]
     warned = [m for m in _warned(caplog) if path + " " in m]
@@ -137,7 +137,7 @@ def _start_writer(tmp_path: Path, target: HudiTarget, options: dict[str, str], p
     code = f"""
         import dataclasses
         from app.config import load_config
-        from app.hudi import HudiTarget, write_silver
+        from app.sink.hudi import HudiTarget, write_silver
         from app.spark import build_session
         config = load_config("conf/local.yaml")
         spark_cfg = dataclasses.replace(config.spark, conf={{**config.spark.conf, **{PAUSING_FS!r}}})
@@ -204,7 +204,7 @@ def test_a_creation_killed_inside_hudi_is_repaired_by_the_next_write(
     assert reached["point"] == point
     assert {k: state[k] for k in expected} == expected, state
 
-    with caplog.at_level(logging.WARNING, logger="app.creation"):
+    with caplog.at_level(logging.WARNING, logger="app.sink.creation"):
         write_silver(spark.createDataFrame(SECOND, SCHEMA), target, 1, "q", NO_SYNC)
     assert bool(_warned(caplog)) == repaired, _warned(caplog)
     # Nothing of the killed write is visible; the second write is whole.

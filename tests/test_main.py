@@ -46,7 +46,7 @@ def test_missing_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_main_runs_as_a_script_on_a_python_that_has_not_imported_types(tmp_path: Path) -> None:
-    """`spark-submit app/main.py` puts app/ first on sys.path, where app/types.py would shadow the standard
+    """`spark-submit app/main.py` puts app/ first on sys.path, where app/cdc/debezium_types.py would shadow the standard
     library's `types`. pyenv's Python imports `types` at start-up and hides that; `-S` (no site) starts like
     Debian's python3, which does not (site-packages come through PYTHONPATH instead)."""
     site_packages = subprocess.run(

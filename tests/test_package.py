@@ -19,7 +19,7 @@ from moto import mock_aws
 
 from app.config import load_config
 from app.errors import ConfigError
-from app.source import read_kafka
+from app.wire.source import read_kafka
 from scripts.fetch_jars import LIST, parse
 from tests.conftest import LOCAL_CONF, ROOT
 
@@ -135,12 +135,13 @@ def test_package_runs_from_any_directory_with_app_from_the_zip(tmp_path: Path) -
     subprocess.run(["bash", str(ROOT / "scripts" / "package.sh"), "--out", str(out)], check=True,
                    capture_output=True, cwd=tmp_path)
     names = zipfile.ZipFile(out / "cdc_lakehouse.zip").namelist()
-    assert {"app/__init__.py", "app/main.py", "app/config.py"} <= set(names)
+    assert {"app/__init__.py", "app/main.py", "app/config/model.py"} <= set(names)
     assert all(n.startswith("app/") and n.endswith(".py") for n in names)
+    assert not any(n.startswith(("devkit/", "tests/", "scripts/")) for n in names)  # no test tooling shipped
     assert (out / "main.py").read_bytes() == (ROOT / "app" / "main.py").read_bytes()
     pins = (out / "requirements.txt").read_text().split()
     assert "boto3==1.44.8" in pins and not any(p.startswith("pyspark") for p in pins)
-    # The JVM functions app/types.py calls through `reflect` ship with the package (the step's --jars).
+    # The JVM functions app/cdc/debezium_types.py calls through `reflect` ship with the package (the step's --jars).
     jar = zipfile.ZipFile(out / "cdc-functions.jar").namelist()
     assert "io/cdclake/CdcValues.class" in jar
     assert (out / "cdc-functions.jar").read_bytes() == (ROOT / ".deps" / "spark" / "cdc-functions.jar").read_bytes()
@@ -149,9 +150,9 @@ def test_package_runs_from_any_directory_with_app_from_the_zip(tmp_path: Path) -
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(out / "cdc_lakehouse.zip")}
-    where = subprocess.run([sys.executable, "-c", "import app.config; print(app.config.__file__)"],
+    where = subprocess.run([sys.executable, "-c", "import app.config.model; print(app.config.model.__file__)"],
                            env=env, cwd=elsewhere, capture_output=True, text=True, check=True)
-    assert where.stdout.strip() == str(out / "cdc_lakehouse.zip" / "app" / "config.py")
+    assert where.stdout.strip() == str(out / "cdc_lakehouse.zip" / "app" / "config" / "model.py")
     bad = yaml.safe_load(LOCAL_CONF.read_text())
     bad["kafka"]["bootstrap_server"] = "typo:9092"
     (elsewhere / "bad.yaml").write_text(yaml.safe_dump(bad))

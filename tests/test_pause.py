@@ -1,4 +1,4 @@
-"""Pause points (app/pause.py): a job process stops at an armed point, says where, and can be killed there.
+"""Pause points (devkit/pauses.py): a job process stops at an armed point, says where, and can be killed there.
 
 The Hudi point is checked for real: a process writing a local Hudi table pauses inside the commit (data files
 and markers written, the instant inflight), is killed with SIGKILL, and the next write rolls the dead commit
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.hudi import HudiTarget, write_silver
+from app.sink.hudi import HudiTarget, write_silver
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
@@ -49,10 +49,11 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
 
 def test_an_armed_point_pauses_once_and_an_unarmed_one_passes(tmp_path: Path) -> None:
     code = """
-        from app.pause import pause_point
-        pause_point("decode", batch_id=1)          # not armed: passes
+        from devkit.pauses import PausingHooks
+        hooks = PausingHooks.from_env()
+        hooks.at("decode", batch_id=1)          # not armed: passes
         print("passed decode", flush=True)
-        pause_point("between_tables", batch_id=7, committed=["db.a"])
+        hooks.at("between_tables", batch_id=7, committed=["db.a"])
         print("never printed", flush=True)
     """
     process = _start(code, tmp_path, "between_tables,hudi_commit")
@@ -74,13 +75,14 @@ def test_a_commit_killed_inside_hudi_is_rolled_back_by_the_next_write(spark: Spa
     write_silver(spark.createDataFrame([(1, "a", "01", False)], schema), target, 0, "q", NO_SYNC)
     code = f"""
         from app.config import load_config
-        from app.hudi import HudiTarget, write_silver
+        from app.sink.hudi import HudiTarget, write_silver
         from app.spark import build_session
+        from devkit.pauses import PausingHooks
         config = load_config("conf/local.yaml")
         spark = build_session("pause-test", config.spark, None)
         target = HudiTarget("db", "t", {str(table)!r}, ("id",))
         df = spark.createDataFrame([(1, "b", "02", False), (2, "c", "02", False)], {schema!r})
-        write_silver(df, target, 1, "q", {NO_SYNC!r})
+        write_silver(df, target, 1, "q", {{**{NO_SYNC!r}, **PausingHooks.from_env().write_options({str(table)!r})}})
         print("commit completed", flush=True)
     """
     process = _start(code, tmp_path, "hudi_commit", CDC_PAUSE_TABLE=str(table))

@@ -18,7 +18,7 @@ import requests
 
 from app.config import RegistryConfig
 from app.errors import RegistryError
-from app.registry import RegistryClient
+from app.wire.registry import RegistryClient
 from tests.support.http_proxy import CountingProxy
 
 pytestmark = pytest.mark.stack
@@ -118,14 +118,14 @@ def test_retries_503_then_succeeds(
     proxy.fail_next(2, status=503)
 
     with (
-        caplog.at_level(logging.WARNING, logger="app.registry"),
+        caplog.at_level(logging.WARNING, logger="app.wire.registry"),
         RegistryClient(proxy.url, api, retries=4, backoff_s=FAST_BACKOFF_S) as client,
     ):
         text = client.get_schema(registered.content_id)
 
     assert text == registered.text
     assert proxy.request_count == 3
-    warnings = [r for r in caplog.records if r.name == "app.registry" and r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == "app.wire.registry" and r.levelno == logging.WARNING]
     assert len(warnings) == 2
     assert all(str(registered.content_id) in r.getMessage() for r in warnings)
 
@@ -186,7 +186,7 @@ def test_connection_refused_fails_after_retries(caplog: pytest.LogCaptureFixture
     url = f"http://127.0.0.1:{_closed_port()}"
 
     with (
-        caplog.at_level(logging.WARNING, logger="app.registry"),
+        caplog.at_level(logging.WARNING, logger="app.wire.registry"),
         RegistryClient(url, timeout_s=2, retries=2, backoff_s=FAST_BACKOFF_S) as client,
     ):
         with pytest.raises(RegistryError, match="gave up after 3 attempts") as excinfo:
@@ -195,7 +195,7 @@ def test_connection_refused_fails_after_retries(caplog: pytest.LogCaptureFixture
     assert client.schema_url(1) in str(excinfo.value)
     assert excinfo.value.http_status is None
     assert isinstance(excinfo.value.__cause__, requests.ConnectionError)
-    assert len([r for r in caplog.records if r.name == "app.registry"]) == 2
+    assert len([r for r in caplog.records if r.name == "app.wire.registry"]) == 2
 
 
 def test_content_that_is_not_json_is_rejected(api: str) -> None:

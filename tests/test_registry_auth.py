@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.auth import ClientCredentials
 from app.config import RegistryAuthConfig, RegistryConfig
 from app.errors import RegistryAuthError, RegistryError
-from app.registry import RegistryClient
+from app.wire.auth import ClientCredentials
+from app.wire.registry import RegistryClient
 from tests.support.auth_registry import auth_registry, free_port
 from tests.support.oidc import OidcProvider
 
@@ -212,6 +212,6 @@ def test_secrets_and_tokens_are_never_logged(
         with RegistryClient.from_config(_config(registry, "oidc")) as client, pytest.raises(RegistryAuthError):
             client.get_schema(registry.content_id)
 
-    assert "app.auth" in {r.name for r in caplog.records}  # the client did log, at INFO and below
+    assert "app.wire.auth" in {r.name for r in caplog.records}  # the client did log, at INFO and below
     assert tokens and all(t not in caplog.text for t in tokens)
     assert SECRET not in caplog.text

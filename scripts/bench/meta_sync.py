@@ -27,10 +27,9 @@ sys.path.insert(0, str(ROOT))
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from app.config import load_config  # noqa: E402
-from app.hudi import HudiTarget, write_silver  # noqa: E402
-from app.lakefs import delete_path  # noqa: E402
-from app.partitioning import PartitionSpec  # noqa: E402
+from app.config import PartitionSpec, load_config  # noqa: E402
+from app.sink.hudi import HudiTarget, write_silver  # noqa: E402
+from app.sink.lakefs import delete_path  # noqa: E402
 from app.spark import build_session  # noqa: E402
 
 SYNC_OFF = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}

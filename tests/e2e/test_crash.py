@@ -7,7 +7,7 @@ batches, lake and checkpoint on S3; `events` is Merge-on-Read, compacting every 
 killed with SIGKILL again and again, each time restarted:
 
 - in its first minute on an empty lake, at random moments (its first batch creates the tables);
-- at every named pause point (app/pause.py): `decode`, `bronze_written`, `between_tables`, `hudi_commit`
+- at every named pause point (devkit/pauses.py): `decode`, `bronze_written`, `between_tables`, `hudi_commit`
   (inside a Hudi commit, markers present) and `tables_committed` (Spark has not recorded the batch: it
   replays it); and during a compaction of `events`, seen on its timeline;
 - at random moments mid-batch.
@@ -19,7 +19,7 @@ stops, one `--available-now` run catches up, and:
 - no record key appears twice;
 - Bronze holds every Kafka offset of the run exactly once.
 
-A second test kills the job inside the creation of each kind of table (app/creation.py), at the creation points
+A second test kills the job inside the creation of each kind of table (app/sink/creation.py), at the creation points
 of jvm/'s pausing file systems, and checks the same at the end.
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 
-from app.bronze import read_bronze
-from app.lakefs import fs_and_path, list_files
+from app.sink.bronze import read_bronze
+from app.sink.lakefs import fs_and_path, list_files
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
 from tests.support.cdc import PG_DSN, debezium_connector, read_topic, wait_for_records
 from tests.support.pipeline import source_schema
@@ -183,14 +183,15 @@ class Job:
 
     def start(
         self, points: str = "", available_now: bool = False, conf: Path | None = None,
-        table: str = f"{DATABASE}/{SCHEMA}_accounts",  # Copy-on-Write (app/pause.py)
+        table: str = f"{DATABASE}/{SCHEMA}_accounts",  # Copy-on-Write (devkit/pauses.py)
     ) -> subprocess.Popen[bytes]:
         self.runs += 1
         self.started = time.monotonic()
         pauses = self.folder / f"pauses-{self.runs}"
         pauses.mkdir()
         env = {**os.environ, "CDC_PAUSE_AT": points, "CDC_PAUSE_DIR": str(pauses), "CDC_PAUSE_TABLE": table}
-        args = [sys.executable, "app/main.py", "--conf", str(conf or self.conf)]
+        # The job with the pause points as its hooks (devkit/pauses.py).
+        args = [sys.executable, "-m", "devkit.pauses", "--conf", str(conf or self.conf)]
         args += ["--available-now"] if available_now else []
         self.log = self.folder / f"job-{self.runs}.log"
         return subprocess.Popen(
@@ -368,7 +369,7 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
     return k
 
 
-# Kills inside the creation of each kind of table, through the whole job on S3 (app/creation.py).
+# Kills inside the creation of each kind of table, through the whole job on S3 (app/sink/creation.py).
 C_SCHEMA = f"cc_{RUN_ID}"
 C_PREFIX = f"cc{RUN_ID}"
 C_DATABASE = f"cc_{RUN_ID}"

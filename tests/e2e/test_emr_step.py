@@ -11,7 +11,8 @@ jar of .deps/spark; and a hive-site.xml naming the metastore, as the spark-hive-
 create-cluster does (Glue there). The working directory is an empty folder; the lake is on s3://, as prod.yaml has it.
 
 The job does one available-now run over a small PostgreSQL table captured by Debezium, and Silver must equal it,
-numeric(50,10) and bit(10) columns included: only cdc-functions.jar decodes those (app/types.py, `reflect`).
+numeric(50,10) and bit(10) columns included: only cdc-functions.jar decodes those (app/cdc/debezium_types.py,
+`reflect`).
 """
 from __future__ import annotations
 

@@ -22,11 +22,11 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from app.bronze import read_bronze
 from app.config import JobConfig
-from app.hudi import completed_instants
-from app.lakefs import delete_path, list_files
-from app.resume import committed_offsets, kafka_partitions, starting_offsets_json
+from app.sink.bronze import read_bronze
+from app.sink.hudi import completed_instants
+from app.sink.lakefs import delete_path, list_files
+from app.state.resume import committed_offsets, kafka_partitions, starting_offsets_json
 from tests.conftest import RUN_ID
 from tests.support.cdc import debezium_connector, job_config_for, read_topic
 from tests.support.pipeline import Pipeline as JobPipeline
@@ -171,13 +171,13 @@ def test_a_batchs_tables_written_from_two_threads_at_once(pipeline: Pipeline, pg
         .option("includeHeaders", "true")
         .load()
     )
-    plans = processor.plan_batch(raw_df)
+    plans = processor.planner.plan(raw_df).tables
     assert sorted(p.summary.rows_in for p in plans) == [1, 2]
     commits = {t: pipeline.commits(t) for t in TABLES}
 
     def write_both() -> None:
         with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda plan: processor.write_table(plan, 1000, "two-threads"), plans))
+            list(pool.map(lambda plan: processor.writer.write(plan, 1000, "two-threads"), plans))
 
     write_both()
     assert pipeline.rows("items") == {tuple(r) for r in pg_conn.execute(f"select id, name, qty from {SCHEMA}.items")}

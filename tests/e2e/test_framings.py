@@ -19,10 +19,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DecimalType, IntegerType, StringType
 
-from app.batch import BatchProcessor
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig
-from app.main import await_query, start_query
-from app.registry import RegistryClient
+from app.job import await_query, start_query
+from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import PG_DSN, SILVER_EXTRA_COLUMNS, debezium_connector, job_config_for, wait_for_records
 

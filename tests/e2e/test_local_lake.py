@@ -27,7 +27,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from app.bronze import read_bronze
+from app.sink.bronze import read_bronze
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
 from tests.support.cdc import debezium_connector, wait_for_records
 from tests.support.metastore import metastore_table

@@ -45,10 +45,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.batch import BatchProcessor
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig
-from app.main import await_query, start_query
-from app.registry import RegistryClient
+from app.job import await_query, start_query
+from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import MARIADB_ROOT, job_config_for, mariadb_connector, read_topic
 from tests.support.values import interval_text

@@ -34,14 +34,14 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.batch import BatchProcessor
-from app.commit import last_committed
+from app.batch.processor import BatchProcessor
 from app.config import DiscriminatorConfig, JobConfig, SourceCatalogConfig, SourceConfig, TableConfig
-from app.connect import PublicationModeError, check_publication_mode
 from app.errors import EnvelopeError
-from app.main import start_query
-from app.registry import RegistryClient
-from app.status import read_status, status_path
+from app.job import start_query
+from app.sink.commit import last_committed
+from app.state.status import read_status, status_path
+from app.wire.registry import RegistryClient
+from devkit.connect import PublicationModeError, check_publication_mode
 from tests.conftest import RUN_ID
 from tests.support.cdc import (
     KAFKA_BOOTSTRAP,

@@ -34,13 +34,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.batch import BatchProcessor
-from app.bronze import read_bronze
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig, TriggerConfig
-from app.hudi import completed_instants
-from app.lakefs import list_files
-from app.main import await_query, start_query
-from app.registry import RegistryClient
+from app.job import await_query, start_query
+from app.sink.bronze import read_bronze
+from app.sink.hudi import completed_instants
+from app.sink.lakefs import list_files
+from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import (
     KAFKA_BOOTSTRAP,
@@ -199,7 +199,7 @@ def assert_all_match(p: Pipeline, conn: psycopg.Connection) -> None:
 
 
 def batch_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "app.batch" and " table=" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name.startswith("app.batch.") and " table=" in r.getMessage()]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -403,7 +403,7 @@ def test_batch_plan_has_no_python_evaluation(pipeline: Pipeline) -> None:
         .option("includeHeaders", "true")
         .load()
     )
-    plans = pipeline.processor.plan_batch(raw)
+    plans = pipeline.processor.planner.plan(raw).tables
     assert {p.route.source_table for p in plans} == set(TABLES)
     for table_plan in plans:
         physical = table_plan.latest_df()._jdf.queryExecution().executedPlan().toString()

@@ -10,11 +10,11 @@ import requests
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from app.batch import BatchProcessor
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig
 from app.errors import RegistryError, SchemaDecodeError
-from app.main import await_query, start_query
-from app.registry import RegistryClient
+from app.job import await_query, start_query
+from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, REGISTRY_URL, job_config_for
 

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from app.config import JobConfig, SourceConfig
 from app.errors import ConfigError, EnvelopeError
-from app.main import start_query
+from app.job import start_query
 from tests.conftest import RUN_ID
 from tests.support.cdc import debezium_connector, job_config_for, wait_for_records
 from tests.support.pipeline import Pipeline, source_schema

@@ -9,7 +9,8 @@ What the executors need besides comes with the application: the s3a settings in 
 from the environment by the credentials provider) as spark.executorEnv, as is the suite's time zone.
 
 One available-now run over a small PostgreSQL table captured by Debezium, with a numeric(50,10) and a bit(10) column
-that only the JVM functions of cdc-functions.jar decode (app/types.py calls io.cdclake.CdcValues through `reflect`,
+that only the JVM functions of cdc-functions.jar decode (app/cdc/debezium_types.py calls io.cdclake.CdcValues through
+`reflect`,
 in the executors' tasks): Silver must equal the table, and the application's executors must have run in two JVMs
 apart from the driver's, each having fetched cdc-functions.jar from the driver.
 """

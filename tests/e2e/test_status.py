@@ -21,14 +21,18 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from app.bronze import read_bronze
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig
 from app.errors import RerouteError
-from app.lakefs import delete_path
-from app.main import await_query, start_query
-from app.status import read_status, status_path
+from app.hooks import Hooks
+from app.job import await_query, start_query
+from app.sink.bronze import read_bronze
+from app.sink.lakefs import delete_path
+from app.state.status import read_status, status_path
+from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.e2e.test_partitions import CATALOG
 from tests.support.cdc import debezium_connector, job_config_for, read_topic
@@ -92,6 +96,20 @@ def test_status_names_skipped_topics_and_tables_no_topic_feeds(
         read_topic(f"{PREFIX}.{SCHEMA}.payment_b", min_records=6 + 2 + 2, timeout_s=90)
         read_topic(HEARTBEATS, min_records=1, timeout_s=60)
 
+        # 0. Any exception in a batch, not only the job's own error classes, is in the status with the batch, the
+        # table and the step: here an OSError in the first table's upsert (raised by a hook, app/hooks.py), in a
+        # lake of its own.
+        failing_config = _config(local_config, f"{lake_root}/status-failing", "cp", catalog=False)
+        failing = Pipeline(spark, failing_config, BatchProcessor(
+            failing_config, RegistryClient.from_config(failing_config.registry), _FailingUpsert()))
+        with pytest.raises(StreamingQueryException, match="no space left"):
+            failing.run()
+        status = _status(failing_config)
+        table = f"{failing_config.lake.database}.{parent}"
+        assert status["failure"] == f"batch 0, table {table}, step upsert: OSError: no space left (simulated)", status
+        assert status["failed_at"] == {"batch_id": 0, "table": table, "step": "upsert", "error": "OSError"}
+        assert failing.processor.failure is None  # not a typed error: Spark's own surfaces
+
         # 1. Without catalog: a table per partition, the parent's holds its snapshot only.
         first = _config(local_config, lake, "cp1", catalog=False)
         Pipeline.of(spark, first).run()
@@ -119,7 +137,7 @@ def test_status_names_skipped_topics_and_tables_no_topic_feeds(
         conn.execute(f"update {SCHEMA}.payment set amount = 7 where id = 1")
         read_topic(f"{PREFIX}.{SCHEMA}.payment_a", min_records=10 + 3 + 2 + 1, timeout_s=90)
         second = _config(local_config, lake, "cp1", catalog=True)
-        caplog.set_level(logging.WARNING, logger="app.status")
+        caplog.set_level(logging.WARNING, logger="app.state.status")
         with pytest.raises(RerouteError) as refused:
             Pipeline.of(spark, second).run()
         message = str(refused.value)
@@ -164,6 +182,11 @@ def test_status_names_skipped_topics_and_tables_no_topic_feeds(
         shown = subprocess.run([sys.executable, "scripts/status.py", "--conf", third_conf],
                                capture_output=True, text=True, check=True).stdout
         assert "stale tables (fed by no subscribed topic): none" in shown and "failure: none" in shown, shown
+
+
+class _FailingUpsert(Hooks):
+    def write_options(self, table_path: str) -> dict[str, str]:
+        raise OSError("no space left (simulated)")
 
 
 def _write_conf(config: JobConfig, path: Path) -> str:

@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import JobConfig, TableConfig
-from app.hudi import completed_instants
-from app.lakefs import list_files
+from app.sink.hudi import completed_instants
+from app.sink.lakefs import list_files
 from tests.conftest import RUN_ID
 from tests.support.cdc import KafkaRecord, debezium_connector, job_config_for, produce_again, read_topic
 from tests.support.metastore import metastore_partitions, metastore_table

@@ -32,11 +32,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.batch import BatchProcessor
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig, SourceConfig, TableConfig
-from app.connect import PostgresSource, unwrap_smt_config
-from app.main import await_query, start_query
-from app.registry import RegistryClient
+from app.job import await_query, start_query
+from app.wire.registry import RegistryClient
+from devkit.connect import PostgresSource, unwrap_smt_config
 from scripts import tickit
 from tests.conftest import RUN_ID
 from tests.support.cdc import (

@@ -43,10 +43,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.batch import BatchProcessor
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig
-from app.main import await_query, start_query
-from app.registry import RegistryClient
+from app.job import await_query, start_query
+from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import PG_DSN, debezium_connector, job_config_for, read_topic
 from tests.support.values import interval_text

@@ -168,5 +168,5 @@ def test_settings_that_lose_deletes_or_order_are_refused(
             .load()
         )
         with pytest.raises(EnvelopeError, match=message) as e:
-            Pipeline.of(spark, config).processor.plan_batch(raw_df)
+            Pipeline.of(spark, config).processor.planner.plan(raw_df)
         assert f"{prefix(mode)}.{SCHEMA}.items" in str(e.value)

@@ -7,7 +7,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from app.hudi import completed_instants
+from app.sink.hudi import completed_instants
 
 SCHEMA = StructType([
     StructField("id", IntegerType(), False),

@@ -13,8 +13,9 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from app.cdc.columns import CDC_COLUMNS
 from app.config import JobConfig, SourceConfig
-from app.connect import (
+from devkit.connect import (
     ConnectClient,
     MariaDbSource,
     PostgresSource,
@@ -22,7 +23,6 @@ from app.connect import (
     mariadb_connector_config,
     postgres_connector_config,
 )
-from app.unwrap import CDC_COLUMNS
 
 REGISTRY_URL = "http://127.0.0.1:8080"
 CONNECT_URL = "http://127.0.0.1:8083"

@@ -6,7 +6,7 @@ It serves, under its issuer URL:
   methods and algorithm); Quarkus OIDC reads it at startup. There is no authorization endpoint: no user login.
 - `GET /jwks`: one RSA 2048 signing key, generated when the provider starts, with a `kid` the tokens name.
 - `POST /token` (and `/token/`, where Apicurio's exchange posts): `grant_type=client_credentials`, the client
-  authenticated by HTTP Basic (client_secret_basic, as app/auth.py sends it) or by `client_id`/`client_secret`
+  authenticated by HTTP Basic (client_secret_basic, as app/wire/auth.py sends it) or by `client_id`/`client_secret`
   form fields (client_secret_post, as Apicurio's basic-client-credentials exchange sends it), not both. Errors
   follow RFC 6749 §5.2: unknown client or wrong secret → 401 `invalid_client` (Apicurio caches a 401 as a failed
   login; a 400 or 404 it retries up to four times, a second apart), malformed request → 400

@@ -10,10 +10,10 @@ import psycopg
 import yaml
 from pyspark.sql import SparkSession
 
-from app.batch import BatchProcessor
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig
-from app.main import await_query, start_query
-from app.registry import RegistryClient
+from app.job import await_query, start_query
+from app.wire.registry import RegistryClient
 from tests.conftest import LOCAL_CONF
 from tests.support.cdc import PG_DSN
 

@@ -1,4 +1,4 @@
-"""Bronze keyed by offset range (app/bronze.py): replays write nothing twice, a batch re-read with other
+"""Bronze keyed by offset range (app/sink/bronze.py): replays write nothing twice, a batch re-read with other
 boundaries writes only what no complete range holds, and a range without its marker is never read."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from app.bronze import MARKER, BronzeRange, bronze_rows, list_ranges, read_bronze, write_bronze
-from app.source import KAFKA_SCHEMA
+from app.sink.bronze import MARKER, BronzeRange, bronze_rows, list_ranges, read_bronze, write_bronze
+from app.wire.source import KAFKA_SCHEMA
 
 TS = datetime(2024, 1, 2, 3, 30, tzinfo=UTC)
 

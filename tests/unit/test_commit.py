@@ -1,5 +1,5 @@
-"""What a Silver commit records of its batch, read back from the real Hudi timeline (app/commit.py), and where a
-start without a checkpoint resumes (app/resume.py). Local Hudi tables; no Kafka."""
+"""What a Silver commit records of its batch, read back from the real Hudi timeline (app/sink/commit.py), and where a
+start without a checkpoint resumes (app/state/resume.py). Local Hudi tables; no Kafka."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.commit import Committed, OffsetRanges, commit_metadata, last_committed, parse_committed
 from app.config import JobConfig, parse_config
 from app.errors import ResumeError
-from app.hudi import HudiTarget, write_silver
 from app.main import parse_args
-from app.resume import resume_offsets, starting_offsets_json
+from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed, parse_committed
+from app.sink.hudi import HudiTarget, write_silver
+from app.state.resume import resume_offsets, starting_offsets_json
 
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 

@@ -1,4 +1,4 @@
-"""app/decode.py: from_avro in the JVM against a writer schema; bodies written with fastavro, no registry."""
+"""app/wire/decode.py: from_avro in the JVM against a writer schema; bodies written with fastavro, no registry."""
 from __future__ import annotations
 
 import io
@@ -21,10 +21,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.decode import decode_error_from, decode_value
+from app.cdc.position import POSTGRESQL
+from app.cdc.unwrap import filter_data_changes, unwrap_envelope
 from app.errors import SchemaDecodeError
-from app.position import POSTGRESQL
-from app.unwrap import filter_data_changes, unwrap_envelope
+from app.wire.decode import decode_error_from, decode_value
 
 TOPIC = "tickit.crm.users"
 SCHEMA_ID = 7

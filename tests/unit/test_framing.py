@@ -1,4 +1,4 @@
-"""app/framing.py: every Apicurio framing split in the JVM, on literal bytes; tests/unit/test_golden.py runs the
+"""app/wire/framing.py: every Apicurio framing split in the JVM, on literal bytes; tests/unit/test_golden.py runs the
 same code on bytes captured from the real connector."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.framing import Framing, framing_columns, with_framing, with_source_framings
+from app.wire.framing import Framing, framing_columns, with_framing, with_source_framings
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 RAW_SCHEMA = StructType([

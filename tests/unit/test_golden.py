@@ -26,9 +26,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.decode import decode_value
-from app.framing import Framing, with_framing
-from app.types import reader_schema
+from app.cdc.debezium_types import reader_schema
+from app.wire.decode import decode_value
+from app.wire.framing import Framing, with_framing
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 MODES = [f"{framing}-{id_type}" for framing in ("headers", "id8", "id4") for id_type in ("contentId", "globalId")]

@@ -1,4 +1,5 @@
-"""Record keys and routing: key fields from the Debezium Key schema (app/decode.py), topic -> table (app/route.py)."""
+"""Record keys and routing: key fields from the Debezium Key schema (app/wire/decode.py), topic -> table
+(app/routing/route.py)."""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ from typing import Any
 import pytest
 
 from app.config import JobConfig, parse_config
-from app.decode import record_fields
 from app.errors import EnvelopeError
-from app.route import TableRoute, route_topic
+from app.routing.route import TableRoute, route_topic
+from app.wire.decode import record_fields
 
 NAMESPACE = "tickit.crm.users"
 SINGLE_KEY = json.dumps({

@@ -1,4 +1,4 @@
-"""Topics merged into one Silver table (partitions, shards) must agree on column types (app/batch.py)."""
+"""Topics merged into one Silver table (partitions, shards) must agree on column types (app/batch/processor.py)."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +14,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.batch import check_merge_types
+from app.batch.merge import check_merge_types
 from app.errors import EnvelopeError
 
 

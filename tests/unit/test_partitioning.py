@@ -1,4 +1,4 @@
-"""Partitioning per table (app/partitioning.py) and the Hudi options each table layout gets (app/hudi.py)."""
+"""Partitioning per table (app/sink/partitioning.py) and the Hudi options each table layout gets (app/sink/hudi.py)."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta, timezone
@@ -16,9 +16,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from app.config import PartitionSpec
 from app.errors import EnvelopeError
-from app.hudi import HudiTarget, write_options
-from app.partitioning import PartitionSpec, with_partition_field
+from app.sink.hudi import HudiTarget, write_options
+from app.sink.partitioning import with_partition_field
 
 ROWS = StructType([
     StructField("id", IntegerType()),

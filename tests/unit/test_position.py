@@ -1,4 +1,4 @@
-"""app/position.py: each connector's source position becomes one string that sorts in source order.
+"""app/cdc/position.py: each connector's source position becomes one string that sorts in source order.
 
 Each test lists positions in their true source order, renders them through Spark, and checks that sorting the
 strings (as Hudi's ordering comparison and the batch window do) gives back the true order. The inputs are
@@ -14,14 +14,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from app.errors import EnvelopeError
-from app.position import (
+from app.cdc.position import (
     MYSQL,
     POSTGRESQL,
     SQLSERVER,
     connector_kind,
     position_column,
 )
+from app.errors import EnvelopeError
 
 PG_SOURCE = StructType([StructField("lsn", LongType(), True)])
 MYSQL_SOURCE = StructType([

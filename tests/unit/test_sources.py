@@ -1,4 +1,5 @@
-"""Several sources in one job (app/config.py `sources`) and the topic -> Silver table rule (app/route.py): each
+"""Several sources in one job (app/config/model.py `sources`) and the topic -> Silver table rule
+(app/routing/route.py): each
 source's tables in its own catalog database, SQL Server's three-part topics, and two topics never sharing a
 Silver table, whichever way their names collide."""
 from __future__ import annotations
@@ -10,8 +11,8 @@ from pyspark.sql import SparkSession
 
 from app.config import DiscriminatorConfig, JobConfig, TableConfig, parse_config
 from app.errors import ConfigError, EnvelopeError
-from app.route import check_owner, check_routes, route_topic, skip_reason
-from app.source import subscribe_pattern
+from app.routing.route import check_owner, check_routes, route_topic, skip_reason
+from app.wire.source import subscribe_pattern
 
 LAKE = {"database": "lake", "silver_path": "/l/silver", "bronze_path": "/l/bronze", "checkpoint_path": "/l/cp"}
 

@@ -1,16 +1,19 @@
-"""The job's status document (app/status.py) and scripts/status.py's summary of it."""
+"""The job's status document (app/state/status.py) and scripts/status.py's summary of it."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.utils import AnalysisException
 
-from app.batch import TableBatchStats
+from app.batch.processor import BatchProcessor
 from app.config import JobConfig, parse_config
-from app.registry import SchemaRef
-from app.route import route_topic
-from app.status import JobStatus, load_status, read_status, status_path, write_status
+from app.routing.route import route_topic
+from app.state.stats import TableBatchStats
+from app.state.status import JobStatus, load_status, read_status, status_path, write_status
+from app.wire.registry import RegistryClient, SchemaRef
 from scripts.status import summary
 
 
@@ -60,3 +63,27 @@ def test_a_batch_is_recorded_and_carried_into_the_next_run(spark: SparkSession, 
 def test_no_status_yet_is_a_fresh_one(spark: SparkSession, tmp_path: Path) -> None:
     fresh = load_status(spark, _config(tmp_path))
     assert (fresh.tables, fresh.skipped_topics, fresh.batches, fresh.last_batch) == ({}, {}, 0, None)
+
+
+def test_a_batch_failing_in_spark_is_recorded_with_its_batch_and_step(spark: SparkSession, tmp_path: Path) -> None:
+    """Not one of the job's error classes: Spark's AnalysisException from planning a frame that lacks the Kafka
+    source's columns. The status names the batch and the step, the processor re-raises it as it came."""
+    config = _config(tmp_path)
+    processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
+    processor.write_status = True
+    with pytest.raises(AnalysisException):
+        processor.process(spark.createDataFrame([(1,)], "x int"), 7)
+    written = read_status(status_path(config))
+    assert str(written["failure"]).startswith("batch 7, step plan: AnalysisException: "), written["failure"]
+    assert written["failed_at"] == {"batch_id": 7, "table": None, "step": "plan", "error": "AnalysisException"}
+    assert processor.failure is None
+
+
+def test_a_recorded_failure_is_cleared_by_the_next_batch() -> None:
+    status = JobStatus()
+    status.record_failure(ValueError("bad"), 3, "lake.orders", "count")
+    assert status.failure == "batch 3, table lake.orders, step count: ValueError: bad"
+    status.record_batch(4, [], {}, 0.1)
+    assert status.failure is None and status.failed_at is None
+    status.record_failure(RuntimeError("refused"))
+    assert (status.failure, status.failed_at) == ("at start: RuntimeError: refused", None)

@@ -1,4 +1,4 @@
-"""app/types.py: Debezium encodings to Spark types, on small literal DataFrames (chispa).
+"""app/cdc/debezium_types.py: Debezium encodings to Spark types, on small literal DataFrames (chispa).
 
 Raw values are the ones the real Debezium 3.2.3 PostgreSQL connector sent for the PostgreSQL values named in
 each test (captured on the local stack); the end-to-end check of every type is tests/e2e/test_types.py.
@@ -26,9 +26,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.position import MYSQL, POSTGRESQL
-from app.types import conversion, named_types, placeholder_test, reader_schema, with_debezium_types
-from app.unwrap import UNAVAILABLE_PLACEHOLDER
+from app.cdc.debezium_types import conversion, named_types, placeholder_test, reader_schema, with_debezium_types
+from app.cdc.position import MYSQL, POSTGRESQL
+from app.cdc.unwrap import UNAVAILABLE_PLACEHOLDER
 
 
 def _convert(spark: SparkSession, avro_type: Any, raw_type: DataType, values: list[Any]) -> list[Any]:

@@ -1,5 +1,5 @@
-"""Values an event does not carry (app/unwrap.py with_carried_values / with_soft_deletes, app/unavailable.py)
-and the delete ledger's verdict (app/deletes.py), on small literal DataFrames (chispa)."""
+"""Values an event does not carry (app/cdc/unwrap.py with_carried_values / with_soft_deletes, app/cdc/unavailable.py)
+and the delete ledger's verdict (app/sink/ledger.py), on small literal DataFrames (chispa)."""
 from __future__ import annotations
 
 from typing import Any
@@ -16,9 +16,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.deletes import ledger_changes, with_ledger_verdict
-from app.unavailable import filter_current_rows, with_current_rows
-from app.unwrap import with_carried_values, with_latest_flag, with_soft_deletes
+from app.cdc.unavailable import filter_current_rows, with_current_rows
+from app.cdc.unwrap import with_carried_values, with_latest_flag, with_soft_deletes
+from app.sink.ledger import ledger_changes, with_ledger_verdict
 
 EVENTS = StructType([
     StructField("id", IntegerType()),

@@ -1,4 +1,4 @@
-"""app/unwrap.py: one test per CDC case on small literal DataFrames (chispa), no Kafka and no registry.
+"""app/cdc/unwrap.py: one test per CDC case on small literal DataFrames (chispa), no Kafka and no registry.
 
 The suite runs with TZ=America/Los_Angeles: timestamps are compared as instants, built on the expected side
 from timezone-aware UTC datetimes (pyspark turns those into the instant, then both sides collect the same way).
@@ -27,10 +27,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.errors import EnvelopeError
-from app.position import MYSQL, POSTGRESQL
-from app.types import with_debezium_types
-from app.unwrap import (
+from app.cdc.debezium_types import with_debezium_types
+from app.cdc.position import MYSQL, POSTGRESQL
+from app.cdc.unwrap import (
     dedupe_latest,
     filter_data_changes,
     filter_tombstones,
@@ -40,6 +39,7 @@ from app.unwrap import (
     unwrap_flattened,
     with_latest_flag,
 )
+from app.errors import EnvelopeError
 
 ROW_TYPE = StructType([
     StructField("id", IntegerType(), True),
@@ -81,7 +81,7 @@ TS_MS = 1704103872000
 
 
 def pos(lsn: int) -> str:
-    """The ordering string of a PostgreSQL LSN (app/position.py)."""
+    """The ordering string of a PostgreSQL LSN (app/cdc/position.py)."""
     return f"{lsn >> 32:08X}/{lsn & 0xFFFFFFFF:08X}"
 
 

@@ -20,7 +20,7 @@ import java.util.regex.Pattern;
  * systems of this package ({@link PausingS3AFileSystem}, {@link PausingLocalFileSystem}) ask {@link #before}
  * before each create and mkdirs.
  *
- * <p>Armed by the environment like app/pause.py: CDC_PAUSE_AT lists points, CDC_PAUSE_DIR is where
+ * <p>Armed by the environment like devkit/pauses.py: CDC_PAUSE_AT lists points, CDC_PAUSE_DIR is where
  * {@code <point>.json} is written, CDC_PAUSE_TABLE is the table path's end ({@code <database>/<table>}, or
  * {@code _cdc_delete_ledger/<table>}); the first matching create of the process pauses there for good:
  * <pre>

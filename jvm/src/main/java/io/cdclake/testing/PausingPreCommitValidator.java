@@ -19,7 +19,7 @@ import org.apache.spark.sql.Row;
  * point (CDC_PAUSE_AT lists {@code hudi_commit}), the first commit of a table whose base path contains
  * CDC_PAUSE_TABLE (any table when unset) writes {@code <CDC_PAUSE_DIR>/hudi_commit.json} and sleeps until the
  * process is killed. Unarmed, it returns at once. The job adds it to {@code hoodie.precommit.validators} only
- * when the point is armed (app/pause.py).
+ * when the point is armed (devkit/pauses.py).
  */
 public class PausingPreCommitValidator<T, I, K, O extends HoodieData<WriteStatus>>
     extends SparkPreCommitValidator<T, I, K, O> {

@@ -1,0 +1,137 @@
+"""What a batch writes, per table, before anything is written: the plan model the planner returns
+(app/batch/planner.py) and the writer carries out (app/batch/writer.py). Frames are lazy until written."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from app.cdc.columns import BLOCKED_COL, INTERNAL_COLUMNS, OFFSET_COL, PARTITION_COL, REINSERT_COL, TOPIC_COL
+from app.cdc.unavailable import filter_current_rows, with_current_rows
+from app.cdc.unwrap import filter_latest, with_carried_values, with_latest_flag
+from app.errors import required
+from app.routing.catalog import PartitionRoots
+from app.routing.route import TableRoute
+from app.sink.commit import Committed
+from app.sink.hudi import HudiTarget
+from app.sink.ledger import with_ledger_verdict
+from app.state.stats import TableBatchStats
+from app.wire.registry import SchemaRef
+
+Offsets = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> first and last offset
+
+
+@dataclass
+class TopicSummary:
+    rows_in: int = 0
+    tombstones: int = 0
+    unframed: int = 0  # records whose value framing failed
+    key_unframed: int = 0
+    key_ids: set[SchemaRef] = field(default_factory=set)
+    value_ids: set[SchemaRef] = field(default_factory=set)
+    offsets: Offsets = field(default_factory=dict)  # first, last per partition
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The events of one writer schema id of a topic."""
+
+    events_df: DataFrame
+    value_columns: tuple[str, ...]
+    placeholder_columns: tuple[str, ...]  # columns that can carry Debezium's unavailable-value placeholder
+
+
+@dataclass
+class TablePlan:
+    """One table's share of a batch: where it goes and the lazy frame of its change events. A table fed by
+    several topics (partitions, shards) has one route per topic; `route` is the first, and the events of such a
+    table carry their topic in `_cdc_topic` until written."""
+
+    route: TableRoute
+    record_key: tuple[str, ...] | None  # None when no record of the batch carries a key
+    events_df: DataFrame | None  # unwrapped c/r/u/d events; None when the batch holds only tombstones
+    target: HudiTarget | None  # None without events or without a key
+    stats: TableBatchStats
+    summary: TopicSummary
+    carry_columns: tuple[str, ...] = ()  # columns an event may leave out (app/cdc/unavailable.py)
+    routes: tuple[TableRoute, ...] = ()  # every topic's route; () means just `route`
+
+    def __post_init__(self) -> None:
+        if not self.routes:
+            self.routes = (self.route,)
+
+    @property
+    def topics(self) -> list[str]:
+        return [r.topic for r in self.routes]
+
+    def topics_per_source(self) -> dict[str, list[str]]:
+        """The plan's topics by source label: positions compare only within one source server."""
+        per_source: dict[str, list[str]] = {}
+        for route in self.routes:
+            per_source.setdefault(route.source, []).append(route.topic)
+        return per_source
+
+    def not_applied(self, committed: Committed) -> Column:
+        """The events above the offsets `committed` records, of each of the plan's topics."""
+        if len(self.routes) == 1:
+            return committed.not_applied(PARTITION_COL, OFFSET_COL, self.route.topic)
+        condition = F.lit(False)
+        for topic in self.topics:
+            condition = condition | (
+                (F.col(TOPIC_COL) == topic) & committed.not_applied(PARTITION_COL, OFFSET_COL, topic)
+            )
+        return condition
+
+    def judged_df(self, ledger_df: DataFrame | None = None) -> DataFrame:
+        """The events with the latest one per record key flagged, and the delete ledger's verdict."""
+        events_df = required(self.events_df, f"{self.route.qualified_name}: the events")
+        key = required(self.record_key, f"{self.route.qualified_name}: the record key")
+        flagged_df = events_df.transform(with_latest_flag, key)
+        return with_ledger_verdict(flagged_df, ledger_df, key)
+
+    def carried_df(self, judged_df: DataFrame, current_df: DataFrame | None = None) -> DataFrame:
+        """Unavailable values filled from the key's earlier events, and from `current_df` (the table as it is)."""
+        key = required(self.record_key, f"{self.route.qualified_name}: the record key")
+        with_history = judged_df if current_df is None else with_current_rows(judged_df, current_df, key)
+        return (
+            with_history.transform(with_carried_values, key, self.carry_columns)
+            .transform(filter_current_rows)
+        )
+
+    def latest_df(self) -> DataFrame:
+        """The latest event per key, values carried within the batch, as the Hudi upsert receives it when no
+        delete ledger applies."""
+        return filter_latest(self.carried_df(self.judged_df())).drop(
+            *INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL, TOPIC_COL
+        )
+
+
+@dataclass(frozen=True)
+class SkippedTopic:
+    """A topic of the batch that feeds no table (app/routing/route.py: skip_reason); Bronze keeps its records."""
+
+    reason: str
+    records: int
+    offsets: Offsets
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """A whole batch's plan: one `TablePlan` per Silver table, the topics that feed none, and the partitioned
+    tables' partitions as read for this batch."""
+
+    tables: list[TablePlan]
+    skipped: dict[str, SkippedTopic]
+    roots: PartitionRoots
+
+    @property
+    def offsets(self) -> Offsets:
+        """Every record's (topic, partition) offset range, of the tables and the skipped topics: Bronze's ranges."""
+        ranges = {tp: r for plan in self.tables for tp, r in plan.summary.offsets.items()}
+        ranges.update({tp: r for s in self.skipped.values() for tp, r in s.offsets.items()})
+        return ranges
+
+    @property
+    def table_names(self) -> list[str]:
+        return [p.route.qualified_name for p in self.tables]

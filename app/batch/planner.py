@@ -1,0 +1,290 @@
+"""A batch's plan (app/batch/plan.py): the records summarised per topic, topics routed to tables, each writer
+schema's records decoded and unwrapped into typed change events, several topics of one table merged. Lazy but for
+the summary aggregate and the registry look-ups; writes nothing."""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.utils import AnalysisException
+
+from app.batch.merge import check_merge_types, plans_per_table, union
+from app.batch.plan import BatchPlan, SkippedTopic, Slice, TablePlan, TopicSummary
+from app.cdc.debezium_types import placeholder_tests, reader_schema, with_debezium_types
+from app.cdc.position import CONNECTOR_KINDS, connector_kind
+from app.cdc.unwrap import (
+    filter_data_changes,
+    flattened_layout,
+    is_envelope,
+    unwrap_envelope,
+    unwrap_flattened,
+    with_soft_deletes,
+)
+from app.config import JobConfig
+from app.errors import EnvelopeError, SchemaDecodeError, required
+from app.routing.catalog import PartitionRoots, all_partition_roots
+from app.routing.route import TableRoute, route_topic, skip_reason
+from app.sink.hudi import HudiTarget
+from app.state.stats import TableBatchStats
+from app.wire.decode import decode_value, record_fields
+from app.wire.framing import Framing, with_source_framings
+from app.wire.registry import RegistryClient, SchemaRef
+from app.wire.source import KAFKA_SCHEMA
+
+log = logging.getLogger(__name__)
+
+
+class Planner:
+    """Plans batches for one job config; holds the registry client (its schema cache)."""
+
+    def __init__(self, config: JobConfig, registry: RegistryClient) -> None:
+        self.config = config
+        self.registry = registry
+
+    def plan(self, raw_df: DataFrame) -> BatchPlan:
+        """What a batch writes, per table, without writing: the Silver frames and their targets.
+
+        Runs one Spark action (the summary aggregate) and the registry look-ups; the returned frames are lazy.
+        Topics that feed no table (`app/routing/route.skip_reason`) are left out, in `BatchPlan.skipped`.
+
+        Raises:
+            SchemaDecodeError: a value lacks the framing.
+            EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
+        """
+        framed_df = with_source_framings(raw_df, self.framings())
+        summary = self._summarize(framed_df)
+        skipped = {}
+        for topic in list(summary):
+            reason = skip_reason(topic, self.config)
+            if reason is not None:
+                s = summary.pop(topic)
+                skipped[topic] = SkippedTopic(reason, s.rows_in, s.offsets)
+        roots = all_partition_roots(raw_df.sparkSession, self.config)
+        self._check_framing(framed_df, summary, roots)
+        topic_plans = [self._plan_topic(framed_df, topic, s, roots) for topic, s in sorted(summary.items())]
+        return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots)
+
+    def framings(self) -> list[tuple[str, Framing]]:
+        """Each source's topic prefix and wire framing."""
+        return [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
+
+    def _summarize(self, framed_df: DataFrame) -> dict[str, TopicSummary]:
+        """One aggregate: per topic, key and value schema reference and whether framing failed, record count.
+        Drives everything after."""
+        rows = (
+            framed_df.groupBy(
+                "topic", "partition", "key_id_type", "key_schema_id", "value_id_type", "value_schema_id",
+                F.col("key_frame_error").isNotNull().alias("key_bad"),
+                F.col("value_frame_error").isNotNull().alias("value_bad"),
+            )
+            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .collect()
+        )
+        summary: dict[str, TopicSummary] = defaultdict(TopicSummary)
+        for row in rows:
+            s = summary[row["topic"]]
+            s.rows_in += row["n"]
+            tp = (row["topic"], row["partition"])
+            first, last = s.offsets.get(tp, (row["first"], row["last"]))
+            s.offsets[tp] = (min(first, row["first"]), max(last, row["last"]))
+            if row["key_bad"]:
+                s.key_unframed += row["n"]
+            if row["value_bad"]:
+                s.unframed += row["n"]
+            elif row["value_schema_id"] is None:
+                s.tombstones += row["n"]
+            else:
+                s.value_ids.add(SchemaRef(row["value_id_type"], row["value_schema_id"]))
+            if row["key_schema_id"] is not None:
+                s.key_ids.add(SchemaRef(row["key_id_type"], row["key_schema_id"]))
+        return dict(summary)
+
+    def _check_framing(self, framed_df: DataFrame, summary: dict[str, TopicSummary], roots: PartitionRoots) -> None:
+        """A value that cannot be split stops the batch; so does a key, unless its table's record key is set
+        in config (then the key bytes are not read, and any key converter will do)."""
+        bad_values = [t for t, s in summary.items() if s.unframed]
+        bad_keys = [
+            t for t, s in summary.items() if s.key_unframed and not route_topic(t, self.config, roots).record_key
+        ]
+        if not bad_values and not bad_keys:
+            return
+        bad_value = F.col("topic").isin(bad_values) & F.col("value_frame_error").isNotNull()
+        bad_key = F.col("topic").isin(bad_keys) & F.col("key_frame_error").isNotNull()
+        bad = (
+            framed_df.filter(bad_value | bad_key)
+            .select("topic", "partition", "offset", "key_frame_error", "value_frame_error")
+            .orderBy("topic", "partition", "offset")
+            .first()
+        )
+        bad = required(bad, "a badly framed row the summary counted")
+        side = "value" if bad["topic"] in bad_values and bad["value_frame_error"] is not None else "key"
+        raise SchemaDecodeError(
+            bad["topic"], bad["partition"], bad["offset"], None, f"{side} {bad[f'{side}_frame_error']}"
+        )
+
+    def _plan_topic(self, framed_df: DataFrame, topic: str, summary: TopicSummary, roots: PartitionRoots) -> TablePlan:
+        route = route_topic(topic, self.config, roots)
+        stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids),
+                                topics=[topic] if route.source_partition or route.merged else [])
+        stats.skipped = summary.tombstones
+        if not summary.value_ids:  # only tombstones
+            return TablePlan(route, None, None, None, stats, summary)
+        topic_df = framed_df.filter(F.col("topic") == topic)
+        slices = [self._decode_slice(topic_df, ref, route) for ref in sorted(summary.value_ids)]
+        record_key = self._record_key(route, summary.key_ids)
+        discriminator = route.discriminator
+        if record_key is not None and discriminator is not None and discriminator.column not in record_key:
+            record_key = (*record_key, discriminator.column)
+        target = None
+        if record_key is not None:
+            target = HudiTarget(
+                database=route.database,
+                table=route.table,
+                path=self.config.lake.table_path(route.table, route.database),
+                record_key=record_key,
+                table_type=route.table_type,
+                delete_mode=route.delete_mode,
+                partition=route.partition,
+                compaction_delta_commits=route.compaction_delta_commits,
+                retain_commits=self.config.lake.retain_commits,
+            )
+        try:
+            events_df = union(s.events_df for s in slices)
+        except AnalysisException as e:
+            raise EnvelopeError(
+                f"{topic}: writer schemas {sorted(summary.value_ids)} in one batch disagree on column types: {e}"
+            ) from e
+        events_df = with_discriminator(events_df, route, self.config)
+        carry = sorted({c for s in slices for c in s.placeholder_columns})
+        if target is not None and target.delete_mode == "soft":
+            value_columns = list(dict.fromkeys(c for s in slices for c in s.value_columns))
+            events_df = events_df.transform(with_soft_deletes, target.record_key, value_columns)
+            carry = [c for c in value_columns if c not in target.record_key]
+        return TablePlan(route, record_key, events_df, target, stats, summary, tuple(carry))
+
+    def check_merges_at_start(self, spark: SparkSession, routes: list[TableRoute]) -> None:
+        """Refuse, before the first batch, topics merged into one table whose latest value schemas disagree on a
+        column's type (`check_merge_types`). The schemas are the topics' latest versions in the registry
+        (`<topic>-value`), turned into Silver columns by the very code a batch runs, on an empty frame; a topic
+        with none registered yet is checked by its first batch. Checked: declared shards. The partitions of one
+        partitioned table have its columns (PostgreSQL refuses anything else), so their topics are left to the
+        batch check, which every merged batch runs.
+
+        Raises:
+            EnvelopeError: names the table, the column, both topics and both types.
+        """
+        by_table: dict[str, list[TableRoute]] = defaultdict(list)
+        for route in routes:
+            by_table[route.qualified_name].append(route)
+        empty_df = None
+        for table, members in sorted(by_table.items()):
+            if len(members) < 2 or not any(r.merged for r in members):
+                continue
+            if empty_df is None:
+                empty_df = with_source_framings(spark.createDataFrame([], KAFKA_SCHEMA), self.framings())
+            schemas, unknown = [], []
+            for route in members:
+                artifact = f"{route.topic}-value"
+                schema_json = self.registry.latest_schema(artifact)
+                if schema_json is None:
+                    unknown.append(route.topic)
+                    continue
+                events_df = self.events_slice(empty_df, schema_json, route, f"{artifact} (latest)").events_df
+                schemas.append((route.topic, with_discriminator(events_df, route, self.config).schema))
+            check_merge_types(table, schemas)
+            log.info("%s: %d merged topics agree on column types%s", table, len(schemas),
+                     f"; no schema registered yet for {', '.join(unknown)}" if unknown else "")
+
+    def _decode_slice(self, topic_df: DataFrame, ref: SchemaRef, route: TableRoute) -> Slice:
+        schema_json = self.registry.get_schema(ref.id, ref.id_type)
+        slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
+        return self.events_slice(slice_df, schema_json, route, str(ref))
+
+    def events_slice(self, slice_df: DataFrame, schema_json: str, route: TableRoute, ref: str) -> Slice:
+        """Framed records of one writer schema -> its unwrapped, typed change events (lazy)."""
+        topic = route.topic
+        try:
+            top_fields = record_fields(schema_json)
+        except ValueError as e:
+            raise EnvelopeError(f"{topic}: writer schema {ref} is not a Debezium event: {e}") from e
+        envelope = is_envelope([f["name"] for f in top_fields])
+        if route.events != "auto" and envelope != (route.events == "envelope"):
+            found = "an envelope" if envelope else "an unwrap-SMT (flattened) event"
+            raise EnvelopeError(
+                f"{topic}: writer schema {ref} is {found}, but source {route.source} says events: {route.events}; "
+                f"fix that setting (or set it to auto)"
+            )
+        try:
+            if envelope:
+                value_fields = _value_fields(schema_json)
+                connector = connector_kind([f["name"] for f in record_fields(schema_json, "source")])
+            else:
+                value_names, connector = flattened_layout([f["name"] for f in top_fields])
+                value_fields = [f for f in top_fields if f["name"] in value_names]
+        except (ValueError, EnvelopeError) as e:
+            raise EnvelopeError(f"{topic}: writer schema {ref}: {e}") from e
+        expected = route.connector
+        if expected != "auto" and CONNECTOR_KINDS[expected] != connector:
+            raise EnvelopeError(
+                f"{topic}: writer schema {ref} is a {connector} connector's (its source position), but source "
+                f"{route.source} says connector: {expected}; fix that setting (or set it to auto)"
+            )
+        placeholders = placeholder_tests(value_fields, schema_json)
+        value_columns = [f["name"] for f in value_fields]
+        decoded_df = decode_value(slice_df, reader_schema(schema_json))
+        if envelope:
+            unwrapped_df = decoded_df.transform(filter_data_changes).transform(
+                unwrap_envelope, value_columns, connector, placeholders
+            )
+        else:
+            unwrapped_df = decoded_df.transform(unwrap_flattened, value_columns, connector, placeholders)
+        events_df = unwrapped_df.transform(with_debezium_types, value_fields, schema_json, connector)
+        return Slice(events_df, tuple(value_columns), tuple(placeholders))
+
+    def _record_key(self, route: TableRoute, key_ids: set[SchemaRef]) -> tuple[str, ...] | None:
+        """Record key: the configured override, else the fields of the Debezium key schema.
+
+        None when no record of the batch has a key (truncate events only, or a table without a primary key).
+        """
+        if route.record_key:
+            return route.record_key
+        if not key_ids:
+            return None
+        key_sets = {
+            tuple(f["name"] for f in record_fields(self.registry.get_schema(ref.id, ref.id_type)))
+            for ref in sorted(key_ids)
+        }
+        if len(key_sets) > 1:
+            raise EnvelopeError(f"{route.topic}: key schemas {sorted(key_ids)} disagree on fields {sorted(key_sets)}")
+        return key_sets.pop()
+
+
+def with_discriminator(events_df: DataFrame, route: TableRoute, config: JobConfig) -> DataFrame:
+    """The shard's discriminator column: its configured value, else the source's own column (which must exist).
+
+    Raises:
+        EnvelopeError: the source table has no such column and no value is configured.
+    """
+    discriminator = route.discriminator
+    if discriminator is None:
+        return events_df
+    if discriminator.value is not None:
+        return events_df.withColumn(discriminator.column, F.lit(discriminator.value))
+    if discriminator.column not in events_df.columns:
+        key = config.table_setting_key(route.source, route.source_key, "discriminator")
+        raise EnvelopeError(
+            f"{route.topic}: has no column {discriminator.column!r}, its discriminator ({key}); set "
+            f"{key}.value to add it"
+        )
+    return events_df
+
+
+def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
+    # The Value record is defined inline in whichever of before/after comes first; the other names it.
+    try:
+        return record_fields(envelope_schema_json, "before")
+    except ValueError:
+        return record_fields(envelope_schema_json, "after")

@@ -1,0 +1,130 @@
+"""One micro-batch, end to end: plan (framing/registry -> decode -> unwrap -> route), Bronze, the Silver tables,
+status.
+
+`BatchProcessor.process` is the foreachBatch function. It is the one place where a batch's per-table writes
+happen, and it takes any DataFrame with the Kafka source's columns (a Kafka micro-batch, or Bronze Parquet
+read back for a replay).
+
+Spark actions per batch: one small aggregate (writer schema ids and record counts per topic, app/batch/planner.py),
+the Bronze write, and per table present in the batch those of its unit (app/batch/writer.py): the delete ledger's
+read (hard-delete tables that have one); one aggregate over the persisted, judged events for the counts; only when
+a row to be written lacks a value (a TOAST placeholder, a soft delete), a read of the table's current rows for those
+keys and a second aggregate; the ledger write (when the batch deletes or re-inserts keys); the Hudi write.
+
+Any exception of a batch is logged and recorded in status.json with the batch, the table and the step it stopped
+in (`Step`), and re-raised: Spark stops the query, and the batch is read again at the next start.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.utils import CapturedException
+
+from app.batch.plan import BatchPlan
+from app.batch.planner import Planner
+from app.batch.writer import Step, TableWriter
+from app.config import JobConfig
+from app.errors import PipelineError, SinkWriteError, java_root_cause
+from app.hooks import Hooks
+from app.sink.bronze import write_bronze
+from app.state.stats import TableBatchStats
+from app.state.status import JobStatus, write_status
+from app.wire.registry import RegistryClient
+
+log = logging.getLogger(__name__)
+
+HISTORY_BATCHES = 100  # batches kept in BatchProcessor.history, for tests and tools that look back
+
+
+class BatchProcessor:
+    """Processes micro-batches for one job config: the planner (with the registry client), the tables' writer,
+    the job's status."""
+
+    def __init__(self, config: JobConfig, registry: RegistryClient, hooks: Hooks | None = None) -> None:
+        self.config = config
+        self.hooks = hooks or Hooks()
+        self.planner = Planner(config, registry)
+        self.writer = TableWriter(config, self.hooks)
+        self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
+        # The latest batches this processor wrote (a bounded window: a stream runs for months).
+        self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
+        self.failure: PipelineError | None = None  # the latest batch's typed error, re-raised by app/job.py
+        self.status = JobStatus()  # app/state/status.py; written after every batch when `write_status` is on
+        self.write_status = False
+
+    def process(self, batch_df: DataFrame, batch_id: int) -> None:
+        """foreachBatch entry point.
+
+        Raises:
+            SchemaDecodeError: a record's framing or Avro body cannot be decoded (names the record).
+            SinkWriteError: a Bronze or Hudi write failed.
+            Exception: any other, after it is recorded.
+        """
+        started = time.monotonic()
+        self.failure = None
+        spark = batch_df.sparkSession
+        # Structured Streaming sets the query id as a local property of the thread running the batch.
+        query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or "none"
+        raw_df = batch_df.persist()
+        step = Step(batch_id)
+        try:
+            plan = self.planner.plan(raw_df)
+            if plan.tables or plan.skipped:
+                self._write(raw_df, plan, step, query_id)
+                self._done(spark, plan, batch_id, time.monotonic() - started)
+            else:
+                log.info("batch=%s empty", batch_id)
+        except Exception as e:
+            log.error("%s failed: %s: %s", step, type(e).__name__, e)
+            self.failure = e if isinstance(e, PipelineError) else None
+            self.status.record_failure(e, batch_id, step.table, step.name)
+            self._save_status(spark)
+            raise
+        finally:
+            raw_df.unpersist()
+
+    def _write(self, raw_df: DataFrame, plan: BatchPlan, step: Step, query_id: str) -> None:
+        """Bronze, then each table's unit; `step` says where the batch is."""
+        batch_id, names = step.batch_id, plan.table_names
+        for topic, skipped in sorted(plan.skipped.items()):
+            log.info("batch=%s skipped topic=%s records=%d: %s", batch_id, topic, skipped.records, skipped.reason)
+        self.hooks.at("decode", batch_id=batch_id, tables=names)
+        step.name = "bronze"
+        self._write_bronze(raw_df, plan, batch_id)
+        step.name = "tables"
+        self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
+        for n, table_plan in enumerate(plan.tables):
+            if n:
+                step.table, step.name = None, "tables"
+                self.hooks.at("between_tables", batch_id=batch_id, committed=names[:n], remaining=names[n:])
+            step.table = table_plan.route.qualified_name
+            self.writer.write(table_plan, batch_id, query_id, step)
+        step.table, step.name = None, "status"
+        self.hooks.at("tables_committed", batch_id=batch_id, committed=names)
+
+    def _write_bronze(self, raw_df: DataFrame, plan: BatchPlan, batch_id: int) -> None:
+        try:
+            bronze = write_bronze(raw_df, self.config.lake.bronze_path, plan.offsets)
+        except (Py4JJavaError, CapturedException) as e:
+            raise SinkWriteError(
+                f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"
+            ) from e
+        if bronze.skipped:
+            log.info("batch=%s bronze: %d records already held; written %s", batch_id, bronze.skipped, bronze.written)
+
+    def _done(self, spark: SparkSession, plan: BatchPlan, batch_id: int, duration_s: float) -> None:
+        stats = [p.stats for p in plan.tables]
+        self.last_stats = {s.table: s for s in stats}
+        self.history.append(self.last_stats)
+        log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(stats), duration_s)
+        skipped = {topic: (s.reason, s.records) for topic, s in plan.skipped.items()}
+        self.status.record_batch(batch_id, stats, skipped, duration_s)
+        self._save_status(spark)
+
+    def _save_status(self, spark: SparkSession) -> None:
+        if self.write_status:
+            write_status(spark, self.config, self.status)

@@ -1,0 +1,261 @@
+"""One table's share of a batch, the exactly-once unit: its named steps run in this order.
+
+    commit check   the table's last commit: offsets it applied already are skipped (a replayed batch), and only
+                   those above are written when a lost checkpoint re-reads with other batch boundaries
+    ledger read    the delete ledger's keys (hard-delete tables), so an older event never revives a deleted row
+    count          the latest event per key judged and counted (one aggregate over the persisted events); a row
+                   to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first
+    ledger write   deletes and re-inserts recorded in the ledger, before the table (app/sink/ledger.py)
+    upsert         the Hudi write, its commit carrying the batch's offsets and highest position (app/sink/commit.py)
+
+Shares nothing with other tables' units (its plan and stats are its own), so a batch's tables may be written
+from several threads at once (tests/e2e/test_exactly_once.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.utils import CapturedException
+
+from app.batch.plan import TablePlan
+from app.cdc.columns import (
+    BLOCKED_COL,
+    INTERNAL_COLUMNS,
+    LATEST_COL,
+    POSITION_COL,
+    REINSERT_COL,
+    TOPIC_COL,
+    UNAVAILABLE_COL,
+)
+from app.cdc.unavailable import is_pending, is_unresolved
+from app.cdc.unwrap import is_delete
+from app.config import JobConfig
+from app.errors import EnvelopeError, SinkWriteError, java_root_cause, required
+from app.hooks import Hooks
+from app.routing.route import check_owner
+from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed
+from app.sink.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
+from app.sink.ledger import ledger_changes, read_ledger
+from app.sink.partitioning import with_partition_field
+from app.wire.decode import decode_error_from
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Step:
+    """Where a batch is: its id, the table being written (None outside the tables' units) and the step's name.
+    A failure is recorded with it (app/state/status.py); each table's unit has its own."""
+
+    batch_id: int
+    table: str | None = None
+    name: str = "plan"
+
+    def __str__(self) -> str:
+        table = f", table {self.table}" if self.table else ""
+        return f"batch {self.batch_id}{table}, step {self.name}"
+
+
+class TableWriter:
+    """Writes tables' plans for one job config; `hooks` adds write options (tests only, app/hooks.py)."""
+
+    def __init__(self, config: JobConfig, hooks: Hooks) -> None:
+        self.config = config
+        self.hooks = hooks
+
+    def write(self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None) -> None:
+        """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit.
+
+        Raises:
+            SchemaDecodeError: a record of the table cannot be decoded (names the record).
+            SinkWriteError: the Hudi write failed.
+        """
+        step = step or Step(batch_id, plan.route.qualified_name)
+        started = time.monotonic()
+        try:
+            if plan.events_df is not None and plan.target is None:
+                step.name = "keyless check"
+                self._check_keyless(plan)
+            elif plan.events_df is not None and plan.target is not None:
+                self._write_events(plan, plan.target, step, query_id)
+        except (Py4JJavaError, CapturedException) as e:
+            decode_error = decode_error_from(e)
+            if decode_error is not None:
+                raise decode_error from e
+            raise SinkWriteError(
+                f"batch {batch_id}: Hudi write of {plan.route.qualified_name} failed: {java_root_cause(e)}"
+            ) from e
+        plan.stats.duration_s = time.monotonic() - started
+        log.info("%s", plan.stats.log_line(batch_id))
+
+    def _write_events(self, plan: TablePlan, target: HudiTarget, step: Step, query_id: str) -> None:
+        """The steps of the module docstring, for a table with a record key."""
+        step.name = "commit check"
+        committed = last_committed(required(plan.events_df, "the events").sparkSession, target.path)
+        unapplied = self._unapplied(plan, target, committed, step.batch_id)
+        if unapplied is None:
+            return
+        plan, batch_offsets = unapplied
+        events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
+        spark = events_df.sparkSession
+        step.name = "ledger read"
+        ledger_df = read_ledger(spark, target.ledger.path, target.record_key) if target.delete_mode == "hard" else None
+        # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
+        judged_df = plan.judged_df(ledger_df).persist()
+        try:
+            step.name = "count"
+            judged_df, counts = self._judge(plan, target, judged_df)
+            step.name = "ledger write"
+            # The ledger first: a failure between the two writes leaves the deletes recorded (app/sink/ledger.py).
+            if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
+                ledger_df = ledger_changes(judged_df, target.record_key)
+                options = {**self.hooks.write_options(target.ledger.path), **LEDGER_OPTIONS}
+                write_silver(ledger_df, target.ledger, step.batch_id, query_id, options)
+            step.name = "upsert"
+            max_position = _max_position(counts, plan.topics_per_source())
+            extra = commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity)
+            options = {**self.hooks.write_options(target.path), **extra}
+            write_silver(self._rows(plan, target, judged_df), target, step.batch_id, query_id, options)
+        finally:
+            judged_df.unpersist()
+
+    def _unapplied(
+        self, plan: TablePlan, target: HudiTarget, committed: Committed | None, batch_id: int
+    ) -> tuple[TablePlan, OffsetRanges] | None:
+        """The plan's events the table has not applied yet, and their offsets; None when it applied them all.
+
+        Raises:
+            RerouteError: the table's last commit came from another topic (app/routing/route.py: check_owner).
+        """
+        batch_offsets = OffsetRanges(plan.summary.offsets)
+        if committed is None:
+            return plan, batch_offsets
+        if not plan.route.merged:  # declared shards were checked when grouped
+            check_owner(plan.route, {topic for topic, _ in committed.last}, self.config, committed.source_table)
+        if committed.covers(batch_offsets):
+            plan.stats.replayed = plan.summary.rows_in
+            plan.stats.skipped = 0
+            log.info(
+                "batch=%s table=%s already committed at %s (offsets %s): skipped",
+                batch_id, target.qualified_name, committed.instant, batch_offsets,
+            )
+            return None
+        if not committed.overlaps(batch_offsets):
+            return plan, batch_offsets
+        # Re-read after a lost checkpoint, with other batch boundaries: apply only what was not applied.
+        new_offsets = committed.after(batch_offsets)
+        log.info(
+            "batch=%s table=%s offsets %s committed up to %s at %s: writing %s only",
+            batch_id, target.qualified_name, batch_offsets, dict(committed.last), committed.instant, new_offsets,
+        )
+        events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
+        # Counted as offsets: Kafka transaction markers (a connector with exactly-once delivery) would make this an
+        # overestimate, hence the floor on `skipped` (_judge).
+        plan.stats.replayed = sum(last - first + 1 for first, last in batch_offsets.ranges.values()) - sum(
+            last - first + 1 for first, last in new_offsets.ranges.values()
+        )
+        return dataclasses.replace(plan, events_df=events_df.filter(plan.not_applied(committed))), new_offsets
+
+    def _judge(self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame) -> tuple[DataFrame, dict[str, Any]]:
+        """Count the judged events into the plan's stats; fill the values a row to write lacks from the table as it
+        is. Returns the events to write from (persisted) and the counts."""
+        sources = plan.topics_per_source()
+        counts = _count(judged_df, sources)
+        if counts["pending"]:  # rare: a TOAST placeholder or a soft delete among the rows to write
+            spark = judged_df.sparkSession
+            current_df = spark.read.format("hudi").load(target.path) if table_exists(spark, target.path) else None
+            carried_df = plan.carried_df(judged_df, current_df).persist()
+            counts = _count(carried_df, sources)  # materialises the carried rows before their source is released
+            judged_df.unpersist()
+            judged_df = carried_df
+        stats = plan.stats
+        stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
+        stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
+        # Rows that are neither tombstones nor data changes: truncate and logical-message events.
+        stats.skipped = max(0, plan.summary.rows_in - stats.replayed - counts["events"])
+        stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
+        if stats.unresolved:
+            self._warn_unresolved(judged_df.filter(_written() & is_unresolved()), plan)
+        return judged_df, counts
+
+    def _rows(self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame) -> DataFrame:
+        """The rows the upsert receives: the latest event per key not blocked by the ledger, in the table's columns.
+
+        Raises:
+            EnvelopeError: the table's partition column cannot be derived (names the config key).
+        """
+        rows_df = judged_df.filter(_written()).drop(*INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL, TOPIC_COL)
+        try:
+            return with_partition_field(rows_df, target.partition)
+        except EnvelopeError as e:
+            route = plan.route
+            key = self.config.table_setting_key(route.source, route.source_key, "partition_by")
+            raise EnvelopeError(f"{route.qualified_name} ({key}): {e}") from e
+
+    def _warn_unresolved(self, unresolved_df: DataFrame, plan: TablePlan) -> None:
+        key = required(plan.record_key, f"{plan.route.qualified_name}: the record key")
+        sample = unresolved_df.select(*key, UNAVAILABLE_COL).limit(5).collect()
+        log.warning(
+            "%s: %d upserts carry Debezium's unavailable-value placeholder and no earlier version of their key is "
+            "known (a primary-key change of a row with TOASTed values?); those columns are written as null. "
+            "First keys: %s",
+            plan.route.qualified_name, plan.stats.unresolved, [r.asDict() for r in sample],
+        )
+
+    def _check_keyless(self, plan: TablePlan) -> None:
+        """No record in the batch had a key: fine for truncates and messages only, else the table has no key."""
+        if required(plan.events_df, f"{plan.route.qualified_name}: the events").limit(1).count():
+            route = plan.route
+            key = self.config.table_setting_key(route.source, route.source_key, "record_key")
+            raise EnvelopeError(
+                f"{route.topic}: change events without a key (a table without a primary key?); set {key}"
+            )
+        plan.stats.skipped = plan.summary.rows_in
+
+
+def _written() -> Column:
+    """The events the table receives: the latest per key, unless the delete ledger blocks it."""
+    return F.col(LATEST_COL) & ~F.col(BLOCKED_COL)
+
+
+def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Events, and among the latest per key: upserts, deletes, blocked, re-inserts, pending (to be written but
+    lacking a value), unresolved, and the highest position written (`max_position`; with several `sources`,
+    {label: topics}, one per source as `max_position:<label>`). One aggregate."""
+    latest, deleted, blocked = F.col(LATEST_COL), is_delete(judged_df.columns), F.col(BLOCKED_COL)
+    per_source = [
+        F.max(F.when(latest & ~blocked & F.col(TOPIC_COL).isin(topics), F.col(POSITION_COL)))
+        .alias(f"max_position:{label}")
+        for label, topics in sources.items()
+    ] if sources and len(sources) > 1 else []
+    row = judged_df.agg(
+        F.count(F.lit(1)).alias("events"),
+        F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
+        F.count(F.when(latest & deleted, 1)).alias("deletes"),
+        F.count(F.when(latest & blocked, 1)).alias("blocked"),
+        F.count(F.when(latest & F.col(REINSERT_COL), 1)).alias("reinserts"),
+        F.count(F.when(latest & ~blocked & is_pending(), 1)).alias("pending"),
+        F.count(F.when(latest & ~blocked & is_unresolved(), 1)).alias("unresolved"),
+        F.max(F.when(latest & ~blocked, F.col(POSITION_COL))).alias("max_position"),
+        *per_source,
+    ).first()
+    return required(row, "the row of a global aggregate").asDict()
+
+
+def _max_position(counts: dict[str, Any], sources: dict[str, list[str]]) -> str | None:
+    """`_cdc.max_position` (app/sink/commit.py): the highest position written; for a table fed by several source
+    servers, whose positions do not compare, JSON {source label: its highest position}."""
+    if len(sources) < 2:
+        value = counts["max_position"]
+        return None if value is None else str(value)
+    per_source = {label: counts[f"max_position:{label}"] for label in sorted(sources)}
+    written = {label: str(value) for label, value in per_source.items() if value is not None}
+    return json.dumps(written, separators=(",", ":")) if written else None

@@ -1,0 +1,297 @@
+"""Debezium envelope unwrap and in-batch ordering. Pure DataFrame -> DataFrame steps.
+
+    decoded envelope --filter_data_changes--> c/r/u/d only
+                     --unwrap_envelope-----> row image + _cdc_* columns + _hoodie_is_deleted, the ordering
+                                             string (app/cdc/position.py), and the columns whose value the event
+                                             does not carry (_cdc_unavailable: TOAST placeholders, nulled)
+                     --with_debezium_types-> faithful Spark types (app/cdc/debezium_types.py)
+                     --with_soft_deletes---> soft-delete tables only: deletes become flagged rows that keep
+                                             their values (every non-key column unavailable)
+      (an event Debezium's unwrap SMT already flattened: unwrap_flattened gives the same columns)
+      (the slices of one table are unioned here; app/cdc/unavailable.py may add the table's current rows)
+                     --with_carried_values-> an unavailable column takes the key's previous value
+                     --with_latest_flag----> the latest event per record key: the highest position, then offset
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import functions as F
+
+from app.cdc.columns import (
+    DELETED_COL,
+    LATEST_COL,
+    OFFSET_COL,
+    OP_COL,
+    PARTITION_COL,
+    POSITION_COL,
+    SEGMENT_COL,
+    SOFT_DELETED_AT_COL,
+    SOFT_DELETED_COL,
+    SOURCE_TS_COL,
+    UNAVAILABLE_COL,
+)
+from app.cdc.position import connector_kind, position_column
+from app.errors import EnvelopeError
+
+OP_CREATE: Final = "c"
+OP_READ: Final = "r"  # snapshot read
+OP_UPDATE: Final = "u"
+OP_DELETE: Final = "d"
+OP_TRUNCATE: Final = "t"
+OP_MESSAGE: Final = "m"
+DATA_OPS = (OP_CREATE, OP_READ, OP_UPDATE, OP_DELETE)
+SKIPPED_OPS = (OP_TRUNCATE, OP_MESSAGE)
+
+# The value Debezium's PostgreSQL connector sends for a TOASTed column an UPDATE left untouched
+# (`unavailable.value.placeholder`, default below).
+UNAVAILABLE_PLACEHOLDER: Final = "__debezium_unavailable_value"
+
+PlaceholderTest = Callable[[Column], Column]
+
+
+def filter_tombstones(df: DataFrame) -> DataFrame:
+    """Drop Kafka tombstones (null value): Debezium emits one after each delete, for log compaction."""
+    return df.filter(F.col("value").isNotNull())
+
+
+def filter_data_changes(df: DataFrame) -> DataFrame:
+    """Keep create/read/update/delete events; truncate and logical-message events carry no row."""
+    return df.filter(F.col("envelope.op").isin(*DATA_OPS))
+
+
+def unwrap_envelope(
+    df: DataFrame,
+    value_columns: Sequence[str],
+    connector: str,
+    placeholders: Mapping[str, PlaceholderTest] | None = None,
+) -> DataFrame:
+    """Flatten each change event into its row image plus ordering, delete and availability columns.
+
+    Upserts take `after`; deletes take `before` (which, without REPLICA IDENTITY FULL, holds only the key
+    columns: the rest become null in the delete row, which a hard delete drops anyway).
+
+    Args:
+        df: rows with `envelope` (decoded Debezium Envelope), `partition`, `offset`.
+        value_columns: the Value record's field names, in writer-schema order.
+        connector: which connector's source position to read (app/cdc/position.py `connector_kind`).
+        placeholders: per column that can hold Debezium's unavailable-value placeholder, the test for it. A
+            column holding the placeholder becomes null and is listed in `_cdc_unavailable`.
+    Raises:
+        EnvelopeError: the envelope lacks before/after/op/source.
+    """
+    envelope_fields = set(df.select("envelope.*").columns)
+    missing = {"before", "after", "op", "source"} - envelope_fields
+    if missing:
+        raise EnvelopeError(f"not a Debezium envelope: missing {sorted(missing)} in {sorted(envelope_fields)}")
+    placeholders = {name: test for name, test in (placeholders or {}).items() if name in value_columns}
+    is_delete = F.col("envelope.op") == OP_DELETE
+    image = F.when(is_delete, F.col("envelope.before")).otherwise(F.col("envelope.after"))
+    unavailable = {name: F.coalesce(test(image[name]), F.lit(False)) for name, test in placeholders.items()}
+    columns = [
+        F.when(unavailable[name], F.lit(None)).otherwise(image[name]).alias(name) if name in unavailable
+        else image[name].alias(name)
+        for name in value_columns
+    ]
+    return df.select(
+        *columns,
+        F.col("envelope.op").alias(OP_COL),
+        position_column(F.col("envelope.source"), connector).alias(POSITION_COL),
+        F.col("envelope.source.ts_ms").alias(SOURCE_TS_COL),
+        F.col("partition").alias(PARTITION_COL),
+        F.col("offset").alias(OFFSET_COL),
+        is_delete.alias(DELETED_COL),
+        _names_where(unavailable).alias(UNAVAILABLE_COL),
+    )
+
+
+# Debezium's unwrap SMT (ExtractNewRecordState) turns an event into its row image; `add.fields` adds envelope and
+# source fields under `add.fields.prefix` (this default), `.` becoming `_`: __op, __lsn, __source_ts_ms. The
+# rewrite modes of `delete.tombstone.handling.mode` add __deleted ("true"/"false"), a delete keeping its before
+# image and its added fields.
+FLAT_PREFIX: Final = "__"
+FLAT_DELETED: Final = "__deleted"
+ENVELOPE_FIELDS: Final = frozenset({"before", "after", "op", "source"})
+_POSITION_HINT: Final = (
+    "add.fields must name the source position: lsn (PostgreSQL), file,pos,row (MySQL/MariaDB) or "
+    "commit_lsn,change_lsn,event_serial_no (SQL Server), e.g. add.fields=op,lsn,source.ts_ms"
+)
+
+
+def is_envelope(field_names: Collection[str]) -> bool:
+    """A Debezium envelope (before/after/op/source) rather than an event the unwrap SMT flattened."""
+    return ENVELOPE_FIELDS <= set(field_names)
+
+
+def flattened_layout(field_names: Sequence[str]) -> tuple[list[str], str]:
+    """The row's columns and the connector kind of a flattened event's fields.
+
+    Raises:
+        EnvelopeError: the SMT's settings lose deletes or ordering; the message names the setting to change.
+    """
+    added = list(_added_fields(field_names))
+    if FLAT_DELETED not in field_names:
+        raise EnvelopeError(
+            "an unwrap-SMT event without __deleted: its deletes are dropped or arrive as tombstones that carry no "
+            "source position (delete.tombstone.handling.mode drop, tombstone or delete-to-tombstone), so they "
+            "cannot be applied in order; set the SMT's delete.tombstone.handling.mode=rewrite (or "
+            "rewrite-with-tombstone)"
+        )
+    try:
+        kind = connector_kind(added)
+    except EnvelopeError as e:
+        raise EnvelopeError(f"an unwrap-SMT event without its source position (fields {sorted(added)}): "
+                            f"{_POSITION_HINT}") from e
+    return [n for n in field_names if not n.startswith(FLAT_PREFIX)], kind
+
+
+def _added_fields(field_names: Collection[str]) -> dict[str, str]:
+    """The SMT's added fields by their envelope or source name (`__lsn` and `__source_lsn` are both `lsn`)."""
+    added: dict[str, str] = {}
+    for name in sorted(n for n in field_names if n.startswith(FLAT_PREFIX)):
+        added.setdefault(name.removeprefix(FLAT_PREFIX).removeprefix("source_"), name)
+    return added
+
+
+def unwrap_flattened(
+    df: DataFrame,
+    value_columns: Sequence[str],
+    connector: str,
+    placeholders: Mapping[str, PlaceholderTest] | None = None,
+) -> DataFrame:
+    """unwrap_envelope for events the unwrap SMT flattened (rewrite modes): the same columns, read off the
+    added fields. A delete is `__deleted = "true"`; its op is `__op` when added, else `d`/`u`; its source time
+    `__source_ts_ms` when added. Rows of other ops than c/r/u/d are dropped.
+
+    Args:
+        df: rows with `envelope` (the decoded flat record), `partition`, `offset`.
+    """
+    fields = set(df.select("envelope.*").columns)
+    flat = F.col("envelope")
+    deleted = F.lower(flat[FLAT_DELETED].cast("string")) == "true"
+    op = F.when(deleted, F.lit(OP_DELETE)).otherwise(
+        flat["__op"] if "__op" in fields else F.lit(OP_UPDATE)
+    )
+    source = F.struct(*[flat[full].alias(short) for short, full in _added_fields(fields).items()])
+    source_ts = flat["__source_ts_ms"] if "__source_ts_ms" in fields else F.lit(None).cast("long")
+    placeholders = {name: test for name, test in (placeholders or {}).items() if name in value_columns}
+    unavailable = {name: F.coalesce(test(flat[name]), F.lit(False)) for name, test in placeholders.items()}
+    columns = [
+        F.when(unavailable[name], F.lit(None)).otherwise(flat[name]).alias(name) if name in unavailable
+        else flat[name].alias(name)
+        for name in value_columns
+    ]
+    return df.filter(op.isin(*DATA_OPS)).select(
+        *columns,
+        op.alias(OP_COL),
+        position_column(source, connector).alias(POSITION_COL),
+        source_ts.alias(SOURCE_TS_COL),
+        F.col("partition").alias(PARTITION_COL),
+        F.col("offset").alias(OFFSET_COL),
+        deleted.alias(DELETED_COL),
+        _names_where(unavailable).alias(UNAVAILABLE_COL),
+    )
+
+
+def _names_where(flags: Mapping[str, Column]) -> Column:
+    """An array<string> of the names whose flag is true."""
+    if not flags:
+        return F.array().cast("array<string>")
+    return F.filter(
+        F.array(*[F.when(flag, F.lit(name)) for name, flag in flags.items()]), lambda x: x.isNotNull()
+    )
+
+
+def with_soft_deletes(df: DataFrame, key_columns: Sequence[str], value_columns: Sequence[str]) -> DataFrame:
+    """Soft-delete tables: a delete keeps the row, flagged `_cdc_deleted` with its source time.
+
+    A delete's before image may hold only the key (default replica identity), so every non-key column is
+    listed unavailable: it keeps the key's previous value (app/cdc/unavailable.py), and falls back to the before
+    image only when no previous version is known.
+    """
+    deleted = F.col(DELETED_COL)
+    non_key = [c for c in value_columns if c not in key_columns]
+    return df.select(
+        *[F.col(c) for c in df.columns if c not in (DELETED_COL, UNAVAILABLE_COL)],
+        F.lit(False).alias(DELETED_COL),
+        F.when(deleted, F.array(*[F.lit(c) for c in non_key]).cast("array<string>"))
+        .otherwise(F.col(UNAVAILABLE_COL)).alias(UNAVAILABLE_COL),
+        deleted.alias(SOFT_DELETED_COL),
+        F.when(deleted, F.timestamp_millis(F.col(SOURCE_TS_COL))).alias(SOFT_DELETED_AT_COL),
+    )
+
+
+
+
+def is_delete(columns: Sequence[str]) -> Column:
+    """A delete event: a hard delete, or a soft-deleted row (when the frame has the soft-delete flag)."""
+    delete = F.col(OP_COL) == OP_DELETE
+    if SOFT_DELETED_COL in columns:
+        delete = delete | F.coalesce(F.col(SOFT_DELETED_COL), F.lit(False))
+    return delete
+
+
+def _source_order(key_columns: Sequence[str]) -> WindowSpec:
+    return Window.partitionBy(*key_columns).orderBy(F.col(POSITION_COL), F.col(OFFSET_COL))
+
+
+def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequence[str]) -> DataFrame:
+    """Give each unavailable column the value of the key's previous version, in source order.
+
+    The previous version is the latest earlier event of the key that carries the column (the batch's own
+    events, and the table's current row when app/cdc/unavailable.py added it). An upsert after a delete (or after
+    a soft-deleted current row) takes nothing from before it: the delete ended the key's history. A column
+    still unavailable after this (no earlier version known) keeps its own value (null for a TOAST placeholder,
+    the before image for a soft delete) and stays listed in `_cdc_unavailable`.
+
+    Args:
+        columns: the columns that can be unavailable; others pass unchanged.
+    """
+    if not columns:
+        return df
+    # A delete ends a key's history: the first upsert after it (a re-insert, or a primary-key change into the
+    # key) starts a new segment and never takes a value from the delete or from before it. A delete after a
+    # delete (a redelivered one, or a soft-deleted current row) stays in the segment and keeps its values.
+    delete = is_delete(df.columns)
+    order = _source_order(key_columns)
+    restart = ~delete & F.coalesce(F.lag(delete).over(order), F.lit(False))
+    segmented = df.withColumn(
+        SEGMENT_COL, F.sum(restart.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0))
+    )
+    earlier = _source_order([*key_columns, SEGMENT_COL]).rowsBetween(Window.unboundedPreceding, -1)
+    listed = {c: F.array_contains(F.col(UNAVAILABLE_COL), c) for c in columns}
+    previous = {
+        c: F.last(F.when(~listed[c], F.struct(F.col(c).alias("v"))), ignorenulls=True).over(earlier)
+        for c in columns
+    }
+    carried = {c: listed[c] & previous[c].isNotNull() for c in columns}
+    out = [
+        F.when(carried[c], previous[c]["v"]).otherwise(F.col(c)).alias(c) if c in carried else F.col(c)
+        for c in df.columns
+        if c != UNAVAILABLE_COL
+    ]
+    still = _names_where({c: listed[c] & ~carried[c] for c in columns})
+    return segmented.select(*out, still.alias(UNAVAILABLE_COL))
+
+
+def with_latest_flag(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
+    """Flag the latest event per record key: highest position, ties broken by the higher Kafka offset.
+
+    Hudi's precombine orders on the position alone; the offset tie-break needs the window.
+    """
+    order = Window.partitionBy(*key_columns).orderBy(
+        F.col(POSITION_COL).desc_nulls_last(), F.col(OFFSET_COL).desc()
+    )
+    return df.withColumn(LATEST_COL, F.row_number().over(order) == 1)
+
+
+def filter_latest(flagged_df: DataFrame) -> DataFrame:
+    """Keep the events with_latest_flag flagged, without the flag."""
+    return flagged_df.filter(F.col(LATEST_COL)).drop(LATEST_COL)
+
+
+def dedupe_latest(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
+    """Keep only the latest event per record key (see with_latest_flag)."""
+    return df.transform(with_latest_flag, key_columns).transform(filter_latest)

@@ -1,0 +1,34 @@
+"""The job config: one typed, validated YAML file per environment.
+
+`model` holds the sections (frozen dataclasses), `load` reads a file (local or on S3) and builds and checks them,
+`partitions` parses a table's `partition_by`. Imports nothing of the job but app/errors.py.
+"""
+from app.config.load import load_config, parse_config, read_config_text
+from app.config.model import (
+    AUTH_FIELDS,
+    ConnectorName,
+    DeleteMode,
+    DiscriminatorConfig,
+    FramingMode,
+    IdType,
+    JobConfig,
+    KafkaConfig,
+    LakeConfig,
+    MetastoreConfig,
+    RegistryAuthConfig,
+    RegistryConfig,
+    SourceCatalogConfig,
+    SourceConfig,
+    SparkConfig,
+    TableConfig,
+    TableType,
+    TriggerConfig,
+)
+from app.config.partitions import PartitionSpec
+
+__all__ = [
+    "AUTH_FIELDS", "ConnectorName", "DeleteMode", "DiscriminatorConfig", "FramingMode", "IdType", "JobConfig",
+    "KafkaConfig", "LakeConfig", "MetastoreConfig", "PartitionSpec", "RegistryAuthConfig", "RegistryConfig",
+    "SourceCatalogConfig", "SourceConfig", "SparkConfig", "TableConfig", "TableType", "TriggerConfig",
+    "load_config", "parse_config", "read_config_text",
+]

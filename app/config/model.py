@@ -1,0 +1,246 @@
+"""The job config's sections: frozen dataclasses, one per YAML mapping (app/config/load.py builds them)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Final, Literal
+
+from app.config.partitions import PartitionSpec
+
+# How the source's converter frames ids (app/wire/framing.py): ids in Apicurio headers, 0x00 + 8-byte id, 0x00 + 4-byte
+# id (Confluent compatible), or detected per record.
+FramingMode = Literal["headers", "id8", "id4", "auto"]
+IdType = Literal["contentId", "globalId"]
+# hard: a delete removes the row (its position kept in the table's delete ledger); soft: the row stays, flagged.
+DeleteMode = Literal["hard", "soft"]
+# Copy-on-Write rewrites a file per update (fast reads); Merge-on-Read appends log files, compacted inline.
+TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
+# Which Debezium connector feeds a source; mariadb and mysql share the binlog position.
+ConnectorName = Literal["auto", "postgresql", "mysql", "mariadb", "sqlserver"]
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str
+    topic_pattern: str
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    # Extra Kafka client options passed as kafka.<key> (security settings, timeouts).
+    options: dict[str, str] = field(default_factory=dict)
+
+
+AUTH_FIELDS: Final = {
+    "none": (),
+    "basic": ("username", "password_env"),
+    "oidc": ("client_id", "client_secret_env", "token_url"),
+}
+
+
+@dataclass(frozen=True)
+class RegistryAuthConfig:
+    """How the registry client authenticates. Secrets are named by environment variable, never written here.
+
+    basic: HTTP Basic with `username` and the password in `$<password_env>` (Apicurio exchanges them at its OIDC
+    token endpoint). oidc: OAuth2 client credentials at `token_url` with `client_id` and the secret in
+    `$<client_secret_env>`; the bearer token is renewed `refresh_margin_s` before it expires.
+    """
+
+    type: Literal["none", "basic", "oidc"] = "none"
+    username: str | None = None
+    password_env: str | None = None
+    client_id: str | None = None
+    client_secret_env: str | None = None
+    token_url: str | None = None
+    scope: str | None = None
+    refresh_margin_s: float = 30.0
+
+    def secret(self) -> str:
+        """The password (basic) or client secret (oidc), read from the environment; empty for none."""
+        env = self.password_env if self.type == "basic" else self.client_secret_env
+        return os.environ.get(env, "") if env else ""
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    url: str
+    # v3 and v2: Apicurio's own APIs; ccompat: its Confluent-compatible API (/apis/ccompat/v7), where an id is a
+    # contentId unless the registry runs in legacy-id mode (then a globalId).
+    api: Literal["v3", "v2", "ccompat"] = "v3"
+    auth: RegistryAuthConfig = field(default_factory=RegistryAuthConfig)
+    timeout_s: float = 10.0
+    retries: int = 4
+    backoff_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class DiscriminatorConfig:
+    """What keeps apart the rows of several source tables merged into one Silver table (README "Partitioned and
+    sharded sources"). With `value`, the job adds `column` holding that constant to every row of this source
+    table; without, `column` is one of the table's own columns (a tenant id). Either way it joins the record key.
+    """
+
+    column: str
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """Per-table overrides, keyed by '<schema>.<table>' of the source ('<database>.<schema>.<table>' for SQL
+    Server, whose topics name all three)."""
+
+    name: str | None = None
+    # Several source tables given one `name` merge into one Silver table (shards); each then needs a
+    # discriminator, or all declare their keys unique across the merged tables.
+    discriminator: DiscriminatorConfig | None = None
+    unique_keys: bool = False
+    record_key: list[str] | None = None
+    delete_mode: DeleteMode | None = None  # unset: lake.delete_mode
+    table_type: TableType | None = None  # unset: lake.table_type
+    # `column`, `day(column)`, `month(column)` or `year(column)` (app/sink/partitioning.py); unset: not partitioned.
+    partition_by: str | None = None
+    compaction_delta_commits: int | None = None  # Merge-on-Read; unset: lake.compaction_delta_commits
+
+    @property
+    def partition(self) -> PartitionSpec | None:
+        return None if self.partition_by is None else PartitionSpec.parse(self.partition_by)
+
+
+@dataclass(frozen=True)
+class SourceCatalogConfig:
+    """A read-only login to the source database's catalog (the connector's own login will do)."""
+
+    jdbc_url: str
+    user: str
+    password_env: str
+
+    @property
+    def password(self) -> str:
+        return os.environ.get(self.password_env, "")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One Debezium connector's topics: `<topic_prefix>.<schema>.<table>` (SQL Server:
+    `<topic_prefix>.<database>.<schema>.<table>`)."""
+
+    topic_prefix: str
+    # Names the source in errors and logs; unset: the topic prefix.
+    name: str | None = None
+    # The connector whose events these are; `auto` reads it off each writer schema's `source` record. When set,
+    # an event of another connector is refused (its ordering would be read from the wrong fields).
+    connector: ConnectorName = "auto"
+    # Debezium envelopes, or events Debezium's unwrap SMT flattened (README "Unwrap-SMT events"); `auto` tells
+    # them apart per writer schema. When set, the other kind is refused.
+    events: Literal["auto", "envelope", "flattened"] = "auto"
+    framing: FramingMode = "id4"
+    id_type: IdType = "contentId"  # the id a 0x00-prefixed framing carries; header framing names its own
+    # The catalog database of this source's Silver tables; unset: lake.database.
+    database: str | None = None
+    tables: dict[str, TableConfig] = field(default_factory=dict)
+    # PostgreSQL: where the job reads which captured tables are partitions of a partitioned table (pg_inherits,
+    # through pg_partition_root), so that every partition's topic lands in the partitioned table's one Silver
+    # table. Unset: each topic is a table of its own.
+    catalog: SourceCatalogConfig | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.topic_prefix
+
+    def table_config(self, *parts: str) -> TableConfig:
+        return self.tables.get(".".join(parts), TableConfig())
+
+
+@dataclass(frozen=True)
+class LakeConfig:
+    database: str
+    silver_path: str
+    bronze_path: str
+    checkpoint_path: str
+    table_type: TableType = "COPY_ON_WRITE"
+    delete_mode: DeleteMode = "hard"
+    # Merge-on-Read tables compact their log files inline once this many delta commits have piled up.
+    compaction_delta_commits: int = 3
+    # The cleaner keeps the files of this many latest commits (time travel and incremental reads reach back
+    # that far); the timeline archives beyond retain_commits + 10.
+    retain_commits: int = 10
+
+    def table_path(self, table: str, database: str | None = None) -> str:
+        """Where a Silver table lives: <silver_path>/<database>/<table> (lake.database unless given)."""
+        return f"{self.silver_path.rstrip('/')}/{database or self.database}/{table}"
+
+
+@dataclass(frozen=True)
+class MetastoreConfig:
+    jdbc_url: str
+    user: str
+    password_env: str = "METASTORE_PASSWORD"
+    warehouse_path: str = "spark-warehouse"
+
+    @property
+    def password(self) -> str:
+        return os.environ.get(self.password_env, "")
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str | None = None
+    jars_dir: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TriggerConfig:
+    processing_time: str = "30 seconds"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """The job. Its sources are either one `source` (with the top-level `tables`) or a list `sources`, each with
+    its own `tables`; `source_list` holds them all either way."""
+
+    kafka: KafkaConfig
+    registry: RegistryConfig
+    lake: LakeConfig
+    source: SourceConfig | None = None
+    sources: list[SourceConfig] = field(default_factory=list)
+    metastore: MetastoreConfig | None = None
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    tables: dict[str, TableConfig] = field(default_factory=dict)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @property
+    def source_list(self) -> list[SourceConfig]:
+        """Every source: the single `source` with the top-level `tables`, or `sources`."""
+        if self.source is None:
+            return self.sources
+        return [replace(self.source, tables=self.source.tables or self.tables)]
+
+    def source_key(self, n: int) -> str:
+        """How messages name the n-th source's settings: `source`, or `sources[<n>]`."""
+        return "source" if self.source is not None else f"sources[{n}]"
+
+    def tables_key(self, n: int) -> str:
+        """How messages name the n-th source's per-table settings: the top-level `tables` (one `source` without
+        tables of its own), else `<source key>.tables`."""
+        return "tables" if self.source is not None and not self.source.tables else f"{self.source_key(n)}.tables"
+
+    def table_setting_key(self, source_label: str, table: str, setting: str) -> str:
+        """The dotted key of one table's setting as this config spells it, e.g. `sources[1].tables."dbo.orders".name`,
+        for the source labelled `source_label` (its first source when none is)."""
+        n = next((i for i, s in enumerate(self.source_list) if s.label == source_label), 0)
+        return f'{self.tables_key(n)}."{table}".{setting}'
+
+    def source_of(self, topic: str) -> SourceConfig | None:
+        """The source whose prefix the topic starts with (the longest, should one prefix extend another)."""
+        matches = [s for s in self.source_list if topic.startswith(s.topic_prefix + ".")]
+        return max(matches, key=lambda s: len(s.topic_prefix)) if matches else None
+
+    def database_of(self, source: SourceConfig) -> str:
+        return source.database or self.lake.database
+
+    @property
+    def databases(self) -> list[str]:
+        """Every catalog database the job writes Silver tables to."""
+        return sorted({self.database_of(s) for s in self.source_list})

@@ -1,0 +1,27 @@
+"""Seams where tools outside the product look in on a batch: the crash tests' pause points (devkit/pauses.py) stop
+the job at named moments and add Hudi write options. The shipped job passes the default `Hooks()`, whose calls do
+nothing; no test code is imported or shipped with it.
+
+The points a batch reaches, in order (`at`):
+
+    decode            the batch framed, its writer schemas fetched, nothing written yet
+    bronze_written    Bronze written, no Silver table yet
+    between_tables    one Silver table committed, another still to write
+    tables_committed  every Silver table committed; Spark has not recorded the batch (it replays it)
+"""
+from __future__ import annotations
+
+from typing import Any, Final
+
+POINTS: Final = ("decode", "bronze_written", "between_tables", "tables_committed")
+
+
+class Hooks:
+    """Does nothing: what the job runs with unless a tool passes its own (a subclass)."""
+
+    def at(self, point: str, **context: Any) -> None:
+        """The batch reached `point` (one of POINTS); `context` says which batch and tables."""
+
+    def write_options(self, table_path: str) -> dict[str, str]:
+        """Hudi write options added to the writes of the table at `table_path`."""
+        return {}

@@ -1,0 +1,213 @@
+"""Route: a Kafka topic -> its source and Silver table.
+
+A topic is `<topic_prefix>.<schema>.<table>` (PostgreSQL; MySQL/MariaDB name the database there), or
+`<topic_prefix>.<database>.<schema>.<table>` for a source with `connector: sqlserver`. Its source is the one
+whose prefix it starts with; its Silver table is `<schema>_<table>` (`<database>_<schema>_<table>`) in the
+source's catalog database, or the configured `tables.<schema>.<table>.name`.
+
+That rule maps `a_b.c` and `a.b_c` to one name. Two topics share a Silver table only when meant to:
+- partitions of one partitioned table (found in the source's catalog, app/routing/catalog.py) route to the partitioned
+  table's route: its name and overrides, all from one source server, whose keys are unique across partitions;
+- source tables given one `name` with a discriminator each, or `unique_keys` each (shards; app/config/model.py
+  checks the declarations).
+Any other pair is refused: `check_routes` at start, the batch within one batch, and a table whose commits hold
+another topic's offsets refuses a second topic; each error names the `name` setting that separates them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from app.config import DiscriminatorConfig, JobConfig, PartitionSpec, SourceConfig
+from app.errors import ConfigError, EnvelopeError
+from app.routing.catalog import PartitionRoots
+
+
+@dataclass(frozen=True)
+class TableRoute:
+    topic: str
+    source_schema: str
+    source_table: str
+    database: str
+    table: str
+    record_key: tuple[str, ...] | None
+    delete_mode: str = "hard"
+    table_type: str = "COPY_ON_WRITE"
+    partition: PartitionSpec | None = None
+    compaction_delta_commits: int = 3
+    source: str = ""  # the source's label
+    connector: str = "auto"
+    events: str = "auto"
+    source_database: str | None = None  # SQL Server's database, the topic's first part
+    # A partition routed to its partitioned table (source_schema/source_table): the partition's own name.
+    source_partition: str | None = None
+    discriminator: DiscriminatorConfig | None = None
+    unique_keys: bool = False
+
+    @property
+    def source_identity(self) -> str:
+        """What the Silver table holds, as recorded in its commits (app/sink/commit.py): the source table, a
+        partition counting as its partitioned table; `merged` for declared shards."""
+        return "merged" if self.merged else f"{self.source}:{self.source_key}"
+
+    @property
+    def merged(self) -> bool:
+        """Declared a member of a many-to-one merge (shards)."""
+        return self.discriminator is not None or self.unique_keys
+
+    def may_share_table_with(self, other: TableRoute) -> bool:
+        """Both topics belong in one Silver table: one partitioned table's topics, or declared shards."""
+        same_table = self.source == other.source and self.source_key == other.source_key
+        return same_table or (self.merged and other.merged)
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @property
+    def source_key(self) -> str:
+        """The key of the table's overrides: `<schema>.<table>` (`<database>.<schema>.<table>`)."""
+        parts = [self.source_database] if self.source_database else []
+        return ".".join([*parts, self.source_schema, self.source_table])
+
+
+def silver_name(*source_parts: str) -> str:
+    """The Silver table of a source table unless its `name` setting says otherwise: the source's schema and table
+    (SQL Server: database, schema and table) joined by `_`, e.g. crm.users -> crm_users."""
+    return "_".join(source_parts)
+
+
+def source_for(topic: str, config: JobConfig) -> SourceConfig:
+    """The source a topic belongs to.
+
+    Raises:
+        EnvelopeError: no source's prefix matches the topic.
+    """
+    source = config.source_of(topic)
+    if source is None:
+        prefixes = ", ".join(f"'{s.topic_prefix}.'" for s in config.source_list)
+        raise EnvelopeError(f"topic {topic!r} starts with no source's topic prefix ({prefixes})")
+    return source
+
+
+HEARTBEAT_PREFIX = "__debezium-heartbeat."  # Debezium's topic.heartbeat.prefix, by default
+
+
+def skip_reason(topic: str, config: JobConfig) -> str | None:
+    """Why a subscribed topic feeds no table, for the topics Debezium writes beside a source's table topics
+    (a pattern such as `<prefix>\\..*` catches them); None for every other topic. Their records go to Bronze
+    like every other record, and the job's log and status name them (app/state/status.py)."""
+    for source in config.source_list:
+        prefix = source.topic_prefix
+        if topic == prefix:
+            return f"the schema change topic of source {source.label} (DDL events, no table rows)"
+        if topic == f"{prefix}.transaction":
+            return f"the transaction metadata topic of source {source.label} (provide.transaction.metadata)"
+        if topic == f"{HEARTBEAT_PREFIX}{prefix}":
+            return f"the heartbeat topic of source {source.label} (heartbeat.interval.ms)"
+    return None
+
+
+def route_topic(topic: str, config: JobConfig, roots: PartitionRoots | None = None) -> TableRoute:
+    """Where a topic's rows go. `roots` (app/routing/catalog.py) maps partitions to their partitioned table, per source.
+
+    Raises:
+        EnvelopeError: the topic does not follow `<topic_prefix>.<schema>.<table>` (or the SQL Server form) of
+            a configured source.
+    """
+    source = source_for(topic, config)
+    prefix = source.topic_prefix + "."
+    parts = topic[len(prefix):].split(".")
+    sqlserver = source.connector == "sqlserver"
+    if not all(parts) or len(parts) != (3 if sqlserver else 2):
+        form = "<database>.<schema>.<table>" if sqlserver else "<schema>.<table>"
+        raise EnvelopeError(f"topic {topic!r} is not '{prefix}{form}' (source {source.label})")
+    schema, table = parts[-2:]
+    root = (roots or {}).get(source.label, {}).get((schema, table))
+    partition = None
+    if root is not None and not sqlserver:
+        partition, (schema, table) = f"{schema}.{table}", root
+        parts = [schema, table]
+    override = source.table_config(*parts)
+    return TableRoute(
+        topic=topic,
+        source_schema=schema,
+        source_table=table,
+        database=config.database_of(source),
+        table=override.name or silver_name(*parts),
+        record_key=tuple(override.record_key) if override.record_key else None,
+        delete_mode=override.delete_mode or config.lake.delete_mode,
+        table_type=override.table_type or config.lake.table_type,
+        partition=override.partition,
+        compaction_delta_commits=override.compaction_delta_commits or config.lake.compaction_delta_commits,
+        source=source.label,
+        connector=source.connector,
+        events=source.events,
+        source_database=parts[0] if len(parts) == 3 else None,
+        source_partition=partition,
+        discriminator=override.discriminator,
+        unique_keys=override.unique_keys,
+    )
+
+
+def check_routes(config: JobConfig, topics: Iterable[str], roots: PartitionRoots | None = None) -> list[TableRoute]:
+    """The routes of the topics the job subscribes to, refusing two topics that map to one Silver table unless
+    they may share it (module docstring).
+
+    Topics of no source, or of another form, are left to the batch (which names the record).
+
+    Raises:
+        ConfigError: two topics map to one Silver table; names the setting that separates them.
+    """
+    routes: list[TableRoute] = []
+    first: dict[str, TableRoute] = {}
+    for topic in sorted(topics):
+        if skip_reason(topic, config) is not None:
+            continue
+        try:
+            route = route_topic(topic, config, roots)
+        except EnvelopeError:
+            continue
+        other = first.setdefault(route.qualified_name, route)
+        if other is not route and not other.may_share_table_with(route):
+            # the fix names the topic not declared a member of a merge
+            raise ConfigError(*(collision(route, other, config) if route.merged else collision(other, route, config)))
+        routes.append(route)
+    return routes
+
+
+def collision(first: TableRoute, second: TableRoute, config: JobConfig) -> tuple[str, str]:
+    """The config key to set and the message, for two routes to one Silver table."""
+    key = config.table_setting_key(second.source, second.source_key, "name")
+    return key, (
+        f"topics {first.topic!r} and {second.topic!r} both map to Silver table {second.qualified_name}; "
+        f"give one its own table name, e.g. {key}: {second.table}_2"
+    )
+
+
+def check_owner(
+    route: TableRoute, committed_topics: Iterable[str], config: JobConfig, committed_source: str | None = None
+) -> None:
+    """Refuse to write a topic into a Silver table that holds another source table's rows (names that collide
+    across batches, or a topic renamed).
+
+    `committed_source` is the source table the table's last commit recorded (`TableRoute.source_identity`): the
+    partitions of one partitioned table all record it, so they pass, and offsets of a partition detached since
+    do not matter. A table written before commits recorded it is judged by its topics: any other topic than
+    this one refuses.
+
+    Raises:
+        EnvelopeError: names both topics (or source tables) and the setting that separates them.
+    """
+    topics = set(committed_topics)
+    if committed_source is not None:
+        if committed_source == route.source_identity:
+            return
+        others = sorted(topics - {route.topic}) or [committed_source]
+        key, message = collision(replace(route, topic=others[0]), route, config)
+        raise EnvelopeError(f"{message}; it holds the rows of {committed_source}, this topic is "
+                            f"{route.source_identity} ({key})")
+    others = sorted(t for t in topics if t != route.topic)
+    if others:
+        key, message = collision(replace(route, topic=others[0]), route, config)
+        raise EnvelopeError(f"{message}; its commits hold the offsets of {', '.join(others)} ({key})")

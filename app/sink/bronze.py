@@ -1,0 +1,215 @@
+"""Bronze: the raw copy of every Kafka record, as Parquet, keyed by offset range, written before Silver.
+
+Layout, one folder per (topic, partition, first and last offset) of a batch:
+
+    <bronze>/topic=<topic>/partition=<p>/offsets=<first>-<last>/part-*.parquet   (offsets: 20 digits)
+    <bronze>/topic=<topic>/partition=<p>/offsets=<first>-<last>/_SUCCESS         (written last)
+
+Each row keeps the key, value and header bytes, the offset, the Kafka timestamp and its type as read.
+
+Ranges, not batch ids, name the folders, because batch ids restart when a checkpoint is lost. A range folder
+is **complete** once its `_SUCCESS` marker exists, and only complete folders are read (`read_bronze`): on S3 a
+folder's files appear one by one (a rename is a copy), so a reader may list a folder without its marker, with
+some or all of its files; that folder is not part of Bronze yet. The marker is written after every file is in
+place, so a complete folder holds the whole range.
+
+A write, per (topic, partition) of the batch:
+  1. folders without a marker (a write killed half-way; it always lies at or above the batch's first offset)
+     are removed: this job is the only writer of its Bronze;
+  2. records inside a complete folder's range are dropped: a replayed batch writes nothing, a batch re-read
+     with other boundaries (after a lost checkpoint) writes only the offsets no complete folder holds;
+  3. the rest is written by one Spark write of the batch into `<bronze>/_staging/<uuid>/`, each (topic,
+     partition) folder renamed to its range folder, then its marker written.
+So every offset is in exactly one complete folder, whatever was killed when.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from app.sink.lakefs import delete_path, fs_and_path
+
+log = logging.getLogger(__name__)
+
+BRONZE_COLUMNS: Final = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
+MARKER: Final = "_SUCCESS"
+STAGING: Final = "_staging"
+_RANGE = re.compile(r"offsets=(\d{20})-(\d{20})")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class BronzeRange:
+    topic: str
+    partition: int
+    first: int
+    last: int
+    complete: bool = True
+
+    def folder(self, bronze_path: str) -> str:
+        return f"{partition_folder(bronze_path, self.topic, self.partition)}/{range_name(self.first, self.last)}"
+
+
+@dataclass
+class BronzeWrite:
+    """What one Bronze write did, for the batch's log line."""
+
+    written: dict[TopicPartition, tuple[int, int]]
+    skipped: int = 0  # records already in a complete range
+    removed_incomplete: int = 0
+
+
+def partition_folder(bronze_path: str, topic: str, partition: int) -> str:
+    # Kafka topic names ([A-Za-z0-9._-]) hold nothing Spark escapes in partition folder names.
+    return f"{bronze_path.rstrip('/')}/topic={topic}/partition={partition}"
+
+
+def range_name(first: int, last: int) -> str:
+    return f"offsets={first:020d}-{last:020d}"
+
+
+def bronze_rows(kafka_df: DataFrame) -> DataFrame:
+    """The Bronze projection of a Kafka source frame: the raw columns."""
+    return kafka_df.select(*BRONZE_COLUMNS)
+
+
+def list_ranges(
+    spark: SparkSession, bronze_path: str, topic: str, partition: int, since: int = 0
+) -> list[BronzeRange]:
+    """The range folders of one (topic, partition) that reach offset `since` or beyond, complete or not, by first
+    offset. Only those get their marker looked up (one request each): a writer passes its batch's first offset.
+    A folder left without a marker always reaches the next batch's start: Bronze is written before the Silver
+    commits the restart resumes after, so an unfinished range lies at or above them."""
+    fs, folder = fs_and_path(spark, partition_folder(bronze_path, topic, partition))
+    if not fs.exists(folder):
+        return []
+    ranges = []
+    for status in fs.listStatus(folder):
+        match = _RANGE.fullmatch(status.getPath().getName())
+        if status.isDirectory() and match and int(match[2]) >= since:
+            complete = fs.exists(_jpath(spark, f"{status.getPath().toString()}/{MARKER}"))
+            ranges.append(BronzeRange(topic, partition, int(match[1]), int(match[2]), complete))
+    return sorted(ranges, key=lambda r: (r.first, r.last))
+
+
+def write_bronze(
+    kafka_df: DataFrame, bronze_path: str, offsets: Mapping[TopicPartition, tuple[int, int]]
+) -> BronzeWrite:
+    """Write the batch's records whose offsets no complete range holds (module docstring).
+
+    Args:
+        kafka_df: the batch as read from Kafka (or Bronze), persisted by the caller.
+        offsets: the first and last offset of the batch's records per (topic, partition).
+    """
+    spark = kafka_df.sparkSession
+    result = BronzeWrite(written={})
+    keep: Column = F.lit(False)
+    bounds: dict[TopicPartition, tuple[int, int]] = {}
+    overlapped: list[TopicPartition] = []
+    for (topic, partition), (first, last) in sorted(offsets.items()):
+        held = _held_ranges(spark, bronze_path, topic, partition, (first, last), result=result)
+        here = (F.col("topic") == topic) & (F.col("partition") == partition)
+        for r in held:
+            here = here & ~F.col("offset").between(r.first, r.last)
+        keep = keep | here
+        if held:
+            overlapped.append((topic, partition))
+        else:
+            bounds[(topic, partition)] = (first, last)
+    rows_df = bronze_rows(kafka_df).filter(keep)
+    if overlapped:  # rare: a replay; the remaining bounds need a look at the data
+        remaining = (
+            rows_df.filter(_any_of(overlapped))
+            .groupBy("topic", "partition").agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .collect()
+        )
+        for row in remaining:
+            bounds[(row["topic"], row["partition"])] = (row["first"], row["last"])
+        total = sum(last - first + 1 for (tp, (first, last)) in offsets.items() if tp in overlapped)
+        result.skipped = total - sum(last - first + 1 for tp, (first, last) in bounds.items() if tp in overlapped)
+    if bounds:
+        _publish(rows_df, bronze_path, bounds, result)
+    return result
+
+
+def _held_ranges(
+    spark: SparkSession, bronze_path: str, topic: str, partition: int, span: tuple[int, int], *, result: BronzeWrite
+) -> list[BronzeRange]:
+    """The complete ranges of a partition that hold offsets of `span` (first, last); incomplete ones from `span`'s
+    first offset on are removed (a write cut short), and counted in `result`."""
+    first, last = span
+    existing = list_ranges(spark, bronze_path, topic, partition, since=first)
+    for incomplete in (r for r in existing if not r.complete):
+        delete_path(spark, incomplete.folder(bronze_path))
+        result.removed_incomplete += 1
+        log.warning("bronze: removed incomplete range %s (a write was cut short)", incomplete.folder(bronze_path))
+    return [r for r in existing if r.complete and r.first <= last]
+
+
+def _publish(
+    rows_df: DataFrame, bronze_path: str, bounds: Mapping[TopicPartition, tuple[int, int]], result: BronzeWrite
+) -> None:
+    """Write the rows to a staging folder, then move each partition's rows to its range folder and mark it
+    complete; the ranges written go into `result`."""
+    spark = rows_df.sparkSession
+    staging = f"{bronze_path.rstrip('/')}/{STAGING}"
+    delete_path(spark, staging)  # what a killed write left there; this job is Bronze's only writer
+    batch_staging = f"{staging}/{uuid.uuid4().hex}"
+    rows_df.write.mode("errorifexists").partitionBy("topic", "partition").parquet(batch_staging)
+    fs, _ = fs_and_path(spark, batch_staging)
+    for (topic, partition), (first, last) in sorted(bounds.items()):
+        source = _jpath(spark, f"{batch_staging}/topic={topic}/partition={partition}")
+        if not fs.exists(source):
+            continue  # every record of this partition was already held
+        target = BronzeRange(topic, partition, first, last).folder(bronze_path)
+        fs.mkdirs(_jpath(spark, target).getParent())
+        if not fs.rename(source, _jpath(spark, target)):
+            raise OSError(f"bronze: could not move {source} to {target}")
+        fs.create(_jpath(spark, f"{target}/{MARKER}"), True).close()
+        result.written[(topic, partition)] = (first, last)
+    delete_path(spark, batch_staging)
+
+
+def read_bronze(spark: SparkSession, bronze_path: str, topics: list[str] | None = None) -> DataFrame | None:
+    """Every record of the complete ranges (of `topics`, or all), with the Kafka source's columns; None when
+    there are none."""
+    fs, root = fs_and_path(spark, bronze_path)
+    if not fs.exists(root):
+        return None
+    folders = []
+    for topic_status in fs.listStatus(root):
+        name = topic_status.getPath().getName()
+        if not name.startswith("topic="):
+            continue
+        topic = name.removeprefix("topic=")
+        if topics is not None and topic not in topics:
+            continue
+        for partition_status in fs.listStatus(topic_status.getPath()):
+            partition = int(partition_status.getPath().getName().removeprefix("partition="))
+            folders += [r.folder(bronze_path) for r in list_ranges(spark, bronze_path, topic, partition) if r.complete]
+    if not folders:
+        return None
+    df = spark.read.option("basePath", bronze_path.rstrip("/")).parquet(*folders)
+    return df.select(
+        F.col("key"), F.col("value"), F.col("topic").cast("string"), F.col("partition").cast("int"),
+        F.col("offset"), F.col("timestamp"), F.col("timestampType"), F.col("headers"),
+    )
+
+
+def _any_of(partitions: list[TopicPartition]) -> Column:
+    condition = F.lit(False)
+    for topic, partition in partitions:
+        condition = condition | ((F.col("topic") == topic) & (F.col("partition") == partition))
+    return condition
+
+
+def _jpath(spark: SparkSession, uri: str) -> Any:
+    return fs_and_path(spark, uri)[1]

@@ -1,0 +1,208 @@
+"""Silver: Hudi upserts and deletes for one table, synced to the metastore by Hudi's meta sync."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+from app.cdc.columns import DELETED_COL, LEDGER_FOLDER, POSITION_COL
+from app.config import PartitionSpec
+from app.errors import required
+from app.sink.creation import repair_interrupted_creation
+from app.sink.lakefs import list_files
+
+log = logging.getLogger(__name__)
+
+COMMIT_META_PREFIX = "_cdc."  # hoodie.datasource.write.commitmeta.key.prefix: copied into commit metadata
+
+
+@dataclass(frozen=True)
+class HudiTarget:
+    """Where and how one Silver table is written."""
+
+    database: str
+    table: str
+    path: str
+    record_key: tuple[str, ...]
+    table_type: str = "COPY_ON_WRITE"
+    delete_mode: str = "hard"
+    partition: PartitionSpec | None = None
+    compaction_delta_commits: int = 3  # Merge-on-Read only
+    retain_commits: int = 10
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @property
+    def ledger(self) -> HudiTarget:
+        """The hard-delete ledger of this table (app/sink/ledger.py): beside it, never in the catalog."""
+        parent, _, name = self.path.rstrip("/").rpartition("/")
+        return HudiTarget(
+            database=self.database,
+            table=f"{name}{LEDGER_FOLDER}",
+            path=f"{parent}/{LEDGER_FOLDER}/{name}",
+            record_key=self.record_key,
+        )
+
+
+def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str, str]:
+    """Hudi datasource options for an upsert batch carrying deletes as `_hoodie_is_deleted` rows."""
+    return {
+        "hoodie.table.name": target.table,
+        "hoodie.datasource.write.table.name": target.table,
+        "hoodie.datasource.write.table.type": target.table_type,
+        "hoodie.datasource.write.operation": "upsert",
+        "hoodie.datasource.write.recordkey.field": ",".join(target.record_key),
+        **layout_options(target),
+        # An older event never overwrites a newer one: the merge compares the source position (a string that
+        # sorts in source order, app/cdc/position.py).
+        "hoodie.datasource.write.precombine.field": POSITION_COL,
+        "hoodie.write.record.merge.mode": "EVENT_TIME_ORDERING",
+        "hoodie.datasource.write.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
+        # A batch written with an older writer schema than the table's fills the newer columns with null.
+        "hoodie.write.set.null.for.missing.columns": "true",
+        "hoodie.datasource.write.reconcile.schema": "false",
+        **table_service_options(target),
+        # After each commit Hudi's HiveSyncTool brings the catalog up to date (a column added upstream, a new
+        # table). hms mode without metastore URIs opens the metastore the session's Hive client names
+        # (javax.jdo.option.ConnectionURL); on EMR the cluster's Hive client, pointed at Glue, is that metastore.
+        **meta_sync_options(target),
+        "hoodie.datasource.write.commitmeta.key.prefix": COMMIT_META_PREFIX,
+        f"{COMMIT_META_PREFIX}batch_id": str(batch_id),
+        f"{COMMIT_META_PREFIX}query_id": query_id,
+    }
+
+
+def layout_options(target: HudiTarget) -> dict[str, str]:
+    """Key generator, partition path and index.
+
+    A non-partitioned table needs no global index: every key lives in the one partition, and the default
+    (simple) index finds it. A partitioned table uses the record-level index (a key -> file-group map in the
+    metadata table), which is global: a row's partition value can change (an update moving it to another day),
+    an older redelivered event can still carry the old value, and a key-only delete image carries none. The
+    index finds the row's current file group in every case; with `update.partition.path` a newer event that
+    changes the value moves the row (delete in the old partition, insert in the new one), and an older one is
+    merged into the current row by position, where it loses. Looking a key up costs the same however many
+    partitions and files the table has, unlike GLOBAL_SIMPLE (joins the batch with every base file's keys) or
+    GLOBAL_BLOOM (probes every partition's bloom filters).
+    """
+    spec = target.partition
+    if spec is None:
+        # This generator also handles composite keys.
+        return {
+            "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+            "hoodie.datasource.write.partitionpath.field": "",
+        }
+    # One key column: SimpleKeyGenerator (Hudi 0.14.1-1.0.x changed how ComplexKeyGenerator encodes one field).
+    generator = "SimpleKeyGenerator" if len(target.record_key) == 1 else "ComplexKeyGenerator"
+    return {
+        "hoodie.datasource.write.keygenerator.class": f"org.apache.hudi.keygen.{generator}",
+        "hoodie.datasource.write.partitionpath.field": spec.field,
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+        "hoodie.metadata.enable": "true",
+        "hoodie.metadata.record.index.enable": "true",
+        "hoodie.index.type": "RECORD_INDEX",
+        "hoodie.record.index.update.partition.path": "true",
+    }
+
+
+def table_service_options(target: HudiTarget) -> dict[str, str]:
+    """Compaction (Merge-on-Read), cleaning and archival, all inline: foreachBatch writes have no async table
+    services. A long-running job must clean (or every file version stays on S3) and archive (or the timeline,
+    listed by every write and read, grows without end)."""
+    retain = target.retain_commits
+    options = {
+        "hoodie.clean.automatic": "true",
+        "hoodie.clean.policy": "KEEP_LATEST_COMMITS",
+        "hoodie.clean.commits.retained": str(retain),
+        # Archival keeps more instants than the cleaner retains (Hudi requires it).
+        "hoodie.archive.automatic": "true",
+        "hoodie.keep.min.commits": str(retain + 10),
+        "hoodie.keep.max.commits": str(retain + 20),
+    }
+    if target.table_type == "MERGE_ON_READ":
+        options.update({
+            "hoodie.compact.inline": "true",
+            "hoodie.compact.inline.trigger.strategy": "NUM_COMMITS",
+            "hoodie.compact.inline.max.delta.commits": str(target.compaction_delta_commits),
+        })
+    return options
+
+
+def meta_sync_options(target: HudiTarget) -> dict[str, str]:
+    """Hudi meta sync into the session's Hive metastore (or Glue through it). A Merge-on-Read table appears as
+    `<table>_ro` (read-optimized: compacted base files only), `<table>_rt` (snapshot: logs merged) and, with Hudi
+    1.0's default `hoodie.meta.sync.sync_snapshot_with_table_name=true`, `<table>` (the snapshot again)."""
+    spec = target.partition
+    return {
+        "hoodie.datasource.meta.sync.enable": "true",
+        "hoodie.datasource.hive_sync.enable": "true",
+        "hoodie.datasource.hive_sync.mode": "hms",
+        "hoodie.datasource.hive_sync.database": target.database,
+        "hoodie.datasource.hive_sync.table": target.table,
+        "hoodie.datasource.hive_sync.auto_create_database": "true",
+        "hoodie.datasource.hive_sync.partition_fields": "" if spec is None else spec.field,
+        "hoodie.datasource.hive_sync.partition_extractor_class": (
+            "org.apache.hudi.hive.NonPartitionedExtractor" if spec is None
+            else "org.apache.hudi.hive.MultiPartKeysValueExtractor"
+        ),
+    }
+
+
+# The delete ledger is a few rows per deleted key, read whole: no metadata table to keep beside it, and never
+# in the catalog.
+LEDGER_OPTIONS = {
+    "hoodie.metadata.enable": "false",
+    "hoodie.datasource.meta.sync.enable": "false",
+    "hoodie.datasource.hive_sync.enable": "false",
+}
+
+
+def write_silver(
+    rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str, extra: dict[str, str] | None = None
+) -> None:
+    """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table; a table
+    whose creation was interrupted is created afresh first (app/sink/creation.py).
+
+    Raises:
+        SinkWriteError: the table's folder holds data but no table properties.
+    """
+    if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
+        raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
+    repair_interrupted_creation(rows_df.sparkSession, target.path, target.qualified_name)
+    options = {**write_options(target, batch_id, query_id), **(extra or {})}
+    rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
+
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    """Whether a Hudi table at path has a completed commit (local or any Hadoop file system, s3a included).
+
+    A table whose first commit failed has a `.hoodie` folder but nothing to read yet. Hudi 1.x names a
+    completed instant `<begin>_<end>.<action>` in `.hoodie/timeline/`.
+    """
+    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
+    completed = jvm.org.apache.hadoop.fs.Path(
+        path.rstrip("/") + "/.hoodie/timeline/*_*.{commit,deltacommit,replacecommit}"
+    )
+    fs = completed.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    found = fs.globStatus(completed)
+    return found is not None and len(found) > 0
+
+
+COMMIT_ACTIONS = ("commit", "deltacommit", "replacecommit")
+
+
+def completed_instants(
+    spark: SparkSession, table_path: str, actions: tuple[str, ...] = COMMIT_ACTIONS
+) -> list[str]:
+    """Begin times of a table's completed instants, oldest first, on any Hadoop file system (Hudi 1.x
+    `.hoodie/timeline/` layout: `<begin>_<end>.<action>` for completed instants; archived ones, below
+    `history/`, are not listed). Compaction and clean instants are left out by default."""
+    instants = []
+    for name in list_files(spark, f"{table_path.rstrip('/')}/.hoodie/timeline"):
+        stem, _, action = name.partition(".")
+        if "/" not in name and "_" in stem and action in actions:
+            instants.append(stem.split("_")[0])
+    return sorted(instants)

@@ -1,0 +1,33 @@
+"""A table's figures for one batch: what the per-table log line says and status.json keeps (app/state/status.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.wire.registry import SchemaRef
+
+
+@dataclass
+class TableBatchStats:
+    """Counts for one table in one batch; `log_line` is the per-table batch log line."""
+
+    table: str
+    rows_in: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    skipped: int = 0
+    superseded: int = 0
+    blocked: int = 0
+    unresolved: int = 0
+    replayed: int = 0  # records whose offsets the table had committed already (a replayed batch)
+    schema_ids: list[SchemaRef] = field(default_factory=list)
+    duration_s: float = 0.0
+    topics: list[str] = field(default_factory=list)  # set when the table is not just its topic's own
+
+    def log_line(self, batch_id: int) -> str:
+        fed_by = f"topics={','.join(self.topics)} " if self.topics else ""
+        return (
+            f"batch={batch_id} table={self.table} {fed_by}rows_in={self.rows_in} upserts={self.upserts} "
+            f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
+            f"blocked={self.blocked} unresolved={self.unresolved} replayed={self.replayed} "
+            f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
+        )

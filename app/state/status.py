@@ -1,0 +1,241 @@
+"""The job's status: one small JSON document beside the checkpoint (`<checkpoint_path>/status.json`), rewritten
+at start and after every batch, and printed by `scripts/status.py --conf <file>`.
+
+It says what the log says, in one place:
+- `routes`: which Silver table each subscribed topic feeds, and why when it is not the topic's own table (a
+  partition of a partitioned table, a declared shard);
+- `tables`: each table's figures from the latest batch that held its topics (`TableBatchStats`, the figures of
+  the per-table log line), with that batch's id and time;
+- `skipped_topics`: topics whose records feed no table, and why (Debezium's transaction, heartbeat and schema
+  change topics; Bronze keeps their records like every other);
+- `stale_tables`: Silver tables of the job's databases that no subscribed topic feeds any longer (such as the
+  tables of a partitioned table's partitions, made before `catalog` was set), and why;
+- `last_batch` and `failure`: the latest batch's id, time, duration and tables, and the error that stopped the
+  job, if one did.
+
+The status is informative: nothing decides on it, and failing to write it logs a warning and never fails a batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+from py4j.protocol import Py4JError
+from pyspark.sql import SparkSession
+from pyspark.sql.utils import CapturedException
+
+from app.config import JobConfig
+from app.routing.route import TableRoute
+from app.sink.commit import Committed, last_committed
+from app.sink.lakefs import fs_and_path
+from app.state.resume import silver_tables
+from app.state.stats import TableBatchStats
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "status.json"
+
+
+def status_path(config: JobConfig) -> str:
+    """Where the job keeps its status: in its checkpoint folder, one per job (Spark reads only its own folders
+    there, and `status.json` is none of them)."""
+    return f"{config.lake.checkpoint_path.rstrip('/')}/{STATUS_FILE}"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def why(route: TableRoute) -> str:
+    """Why a topic feeds the table it feeds, when it is not simply its own table's topic; else ''."""
+    if route.source_partition is not None:
+        return f"partition {route.source_partition} of {route.source_schema}.{route.source_table}"
+    if route.merged:
+        return f"shard of {route.qualified_name}"
+    return ""
+
+
+@dataclass
+class JobStatus:
+    """The document `status.json` holds (module docstring); the batch processor keeps it up to date."""
+
+    conf: str = ""
+    started_at: str = field(default_factory=now)
+    routes: dict[str, dict[str, str]] = field(default_factory=dict)
+    stale_tables: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped_topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    batches: int = 0
+    last_batch: dict[str, Any] | None = None
+    failure: str | None = None
+    # Where the failure happened: {"batch_id", "table", "step", "error"} (None at start or when a batch passed).
+    failed_at: dict[str, Any] | None = None
+
+    def set_routes(self, routes: Iterable[TableRoute]) -> None:
+        self.routes = {r.topic: {"table": r.qualified_name, "why": why(r)} for r in routes}
+
+    def record_batch(
+        self, batch_id: int, stats: Iterable[TableBatchStats], skipped: Mapping[str, tuple[str, int]],
+        duration_s: float,
+    ) -> None:
+        """A batch done: its tables' figures, its skipped topics (topic -> (reason, records))."""
+        at = now()
+        names = []
+        for s in stats:
+            names.append(s.table)
+            self.tables[s.table] = {
+                "batch_id": batch_id, "at": at,
+                **{k: (list(map(str, v)) if k == "schema_ids" else v) for k, v in dataclasses.asdict(s).items()
+                   if k != "table"},
+            }
+        for topic, (reason, records) in skipped.items():
+            self.skipped_topics[topic] = {"reason": reason, "batch_id": batch_id, "at": at, "records": records}
+        self.batches += 1
+        self.last_batch = {"batch_id": batch_id, "at": at, "duration_s": round(duration_s, 2), "tables": names,
+                           "skipped_topics": sorted(skipped)}
+        self.failure = None
+        self.failed_at = None
+
+    def record_failure(
+        self, error: BaseException, batch_id: int | None = None, table: str | None = None, step: str | None = None
+    ) -> None:
+        """The error that stopped the job: at start (no batch), or in a batch's step, of a table when it was in
+        a table's unit (app/batch/writer.py: Step)."""
+        where = "at start" if batch_id is None else ", ".join(
+            [f"batch {batch_id}", *([f"table {table}"] if table else []), f"step {step}"]
+        )
+        self.failure = f"{where}: {type(error).__name__}: {error}"
+        self.failed_at = None if batch_id is None else {
+            "batch_id": batch_id, "table": table, "step": step, "error": type(error).__name__,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, default=str)
+
+
+def load_status(spark: SparkSession, config: JobConfig) -> JobStatus:
+    """The status document as the job's last run left it, for a new run to carry on (the tables' latest figures,
+    the topics skipped so far); a fresh one when there is none or it cannot be read."""
+    location = status_path(config)
+    try:
+        fs, path = fs_and_path(spark, location)
+        if not fs.exists(path):
+            return JobStatus()
+        row = spark.read.text(location, wholetext=True).first()
+        raw = json.loads(row[0]) if row is not None else {}
+        return JobStatus(tables=dict(raw.get("tables", {})), skipped_topics=dict(raw.get("skipped_topics", {})))
+    except (Py4JError, CapturedException, ValueError, AttributeError) as e:
+        log.warning("previous status at %s not read (%s): starting a new one", location, e)
+        return JobStatus()
+
+
+def write_status(spark: SparkSession, config: JobConfig, status: JobStatus) -> None:
+    """Rewrite the status document (one small object; on S3 a PUT replaces it whole). Never raises."""
+    location = status_path(config)
+    try:
+        fs, path = fs_and_path(spark, location)
+        out = fs.create(path, True)
+        try:
+            out.write(bytearray(status.to_json().encode("utf-8")))
+        finally:
+            out.close()
+    except Py4JError as e:
+        log.warning("status not written to %s: %s", location, str(e).splitlines()[0] if str(e) else e)
+
+
+@dataclass(frozen=True)
+class Rerouted:
+    """A topic that now feeds another table than the one holding its applied offsets (`stale_tables`)."""
+
+    topic: str
+    old_table: str  # qualified names
+    new_table: str
+    why: str  # why the topic feeds new_table, or ''
+    last: dict[int, int]  # the last offset old_table applied, per partition
+
+    def message(self) -> str:
+        offsets = ", ".join(f"[{p}]@{o}" for p, o in sorted(self.last.items()))
+        how = f" ({self.why})" if self.why else ""
+        return (f"topic {self.topic} feeds {self.new_table} now{how}, but its offsets up to {offsets} were applied "
+                f"to {self.old_table}, which no subscribed topic feeds any longer, and {self.new_table} has not "
+                f"applied them")
+
+
+def stale_tables(
+    spark: SparkSession, config: JobConfig, routes: Iterable[TableRoute]
+) -> tuple[dict[str, str], list[Rerouted]]:
+    """Silver tables of the job's databases that no subscribed topic feeds, by qualified name, each with why
+    (where their topics go now), and the topics among theirs that now feed another table which has not applied
+    their offsets (a table per partition made before `catalog` was set, a table renamed). Read from each table's
+    last commit (`_cdc.committed`); tables that record no offsets, or only offsets of topics of none of the job's
+    sources (another job's tables in a shared database), are left out."""
+    routes = list(routes)
+    fed = {r.qualified_name for r in routes}
+    by_topic = {r.topic: r for r in routes}
+    paths = {}
+    stale: dict[str, str] = {}
+    rerouted: list[Rerouted] = []
+    applied_by: dict[str, Committed | None] = {}  # the tables topics feed now: their last commit
+    for path in silver_tables(spark, config):
+        database, table = path.rstrip("/").split("/")[-2:]
+        paths[f"{database}.{table}"] = path
+    for name, path in sorted(paths.items()):
+        if name in fed:
+            continue
+        committed = last_committed(spark, path)
+        if committed is None or not any(config.source_of(t) for t, _ in committed.last):
+            continue  # nothing says what fed it, or another job's sources did
+        reasons = []
+        for topic in sorted({t for t, _ in committed.last}):
+            route = by_topic.get(topic)
+            if route is None:
+                reasons.append(f"{topic} is not subscribed (kafka.topic_pattern) or does not exist any longer")
+                continue
+            reason = why(route)
+            reasons.append(f"{topic} now feeds {route.qualified_name}" + (f" ({reason})" if reason else ""))
+            last = {p: o for (t, p), o in committed.last.items() if t == topic}
+            if route.qualified_name not in applied_by:  # each table's timeline read once
+                new_path = paths.get(route.qualified_name)
+                applied_by[route.qualified_name] = last_committed(spark, new_path) if new_path else None
+            applied = applied_by[route.qualified_name]
+            if applied is None or any(applied.last.get((topic, p), -1) < o for p, o in last.items()):
+                rerouted.append(Rerouted(topic, name, route.qualified_name, reason, last))
+        stale[name] = "; ".join(reasons) or "its commits name no topic"
+    return stale, rerouted
+
+
+def log_stale(stale: Mapping[str, str]) -> None:
+    for name, reason in sorted(stale.items()):
+        log.warning(
+            "Silver table %s is fed by no topic this job subscribes to and stays as it is: %s. Its rows are not "
+            "in the table its topics feed now unless replayed there (README \"Partitioned and sharded sources\"); "
+            "drop it when it is not needed", name, reason,
+        )
+
+
+def read_status(location: str, s3_endpoint: str | None = None) -> dict[str, Any]:
+    """The status document at a local path or an s3:// / s3a:// URI (boto3; `s3_endpoint` for an S3-compatible
+    server such as the local stack's).
+
+    Raises:
+        FileNotFoundError: there is none yet (the job has not started with this checkpoint).
+    """
+    if not location.startswith(("s3://", "s3a://")):
+        with open(location, encoding="utf-8") as f:
+            return dict(json.load(f))
+    bucket, _, key = location.split("://", 1)[1].partition("/")
+    client = boto3.client("s3", endpoint_url=s3_endpoint) if s3_endpoint else boto3.client("s3")
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            raise FileNotFoundError(location) from e
+        raise
+    return dict(json.loads(body.decode("utf-8")))
