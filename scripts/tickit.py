@@ -599,7 +599,7 @@ def _pick(rng: random.Random, candidates: Sequence[Any], k: int, exclude: set[An
     return rng.sample(pool, min(k, len(pool)))
 
 
-def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]:  # noqa: C901, PLR0915 - TODO
+def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]:
     """A burst of about `n` row changes over six tables, in one transaction per database.
 
     Inserts get ids above each table's current maximum; updates change prices, names, seats, start times and set
@@ -623,88 +623,118 @@ def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, i
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     started = time.monotonic()
-    rng = random.Random(seed)
     placement = _placement(target)
-
-    def k(fraction: float) -> int:
-        return max(1, round(n * fraction))
-
-    def t(table: str) -> str:
-        return placement.db(table).table(table)
-
-    def fetch(table: str, query: str) -> list[Row]:
-        return placement.db(table).rows(query)
-
-    result = {table: {"insert": 0, "update": 0, "delete": 0, "rekey": 0} for table in TABLES}
     with ExitStack() as transactions:
         for db, _ in placement.databases():
             transactions.enter_context(db.transaction())
         empty = [t for t, c in counts(placement).items() if c == 0 and t != "ecomm.sales"]
         if empty:
             raise ValueError(f"TICKIT tables empty: {', '.join(empty)}; load first")
-        max_ids = {table: _max_id(placement.db(table), table) for table in TABLES}
-        dates = fetch("ecomm.date", f"SELECT dateid, caldate FROM {t('ecomm.date')} ORDER BY dateid")
-        categories = fetch("ems.category",
-                           f"SELECT catid, catgroup, catname, catdesc FROM {t('ems.category')} ORDER BY catid")
-        users = fetch("crm.users", f"SELECT userid, lastname, email FROM {t('crm.users')} ORDER BY userid")
-        venues = fetch("ems.venue", f"SELECT venueid, venuename, venueseats FROM {t('ems.venue')} ORDER BY venueid")
-        events = fetch("ems.event", f"SELECT eventid, dateid, starttime FROM {t('ems.event')} ORDER BY eventid")
-        listings = [(*row[:8], int(row[8])) for row in fetch("ecomm.listing", f"""
+        # The steps draw from one generator in this order: the same seed gives the same changes.
+        b = _Burst(placement, random.Random(seed), n)
+        b.inserts()
+        b.updates()
+        b.deletes()
+        b.rekeys()
+    log.info("burst (seed %d, n %d) in %.2fs: %s", seed, n, time.monotonic() - started,
+             {t: c for t, c in b.result.items() if any(c.values())})
+    return b.result
+
+
+class _Burst:
+    """One burst's state inside its transactions: the rows read at the start, what it has touched, the counts."""
+
+    def __init__(self, placement: Placement, rng: random.Random, n: int) -> None:
+        self.placement, self.rng, self.n = placement, rng, n
+        self.result = {table: {"insert": 0, "update": 0, "delete": 0, "rekey": 0} for table in TABLES}
+        self.touched: dict[str, set[int]] = {table: set() for table in TABLES}
+        t, fetch = self.t, self.fetch
+        self.max_ids = {table: _max_id(placement.db(table), table) for table in TABLES}
+        self.dates = fetch("ecomm.date", f"SELECT dateid, caldate FROM {t('ecomm.date')} ORDER BY dateid")
+        self.categories = fetch("ems.category",
+                                f"SELECT catid, catgroup, catname, catdesc FROM {t('ems.category')} ORDER BY catid")
+        self.users = fetch("crm.users", f"SELECT userid, lastname, email FROM {t('crm.users')} ORDER BY userid")
+        self.venues = fetch("ems.venue",
+                            f"SELECT venueid, venuename, venueseats FROM {t('ems.venue')} ORDER BY venueid")
+        self.events = fetch("ems.event", f"SELECT eventid, dateid, starttime FROM {t('ems.event')} ORDER BY eventid")
+        self.listings = [(*row[:8], int(row[8])) for row in fetch("ecomm.listing", f"""
             SELECT l.listid, l.sellerid, l.eventid, l.dateid, l.numtickets, l.priceperticket, l.totalprice,
                    l.listtime, l.numtickets - coalesce(sum(s.qtysold), 0) AS remaining
             FROM {t('ecomm.listing')} l LEFT JOIN {t('ecomm.sales')} s ON s.listid = l.listid
             WHERE l.priceperticket IS NOT NULL
             GROUP BY l.listid ORDER BY l.listid""")]
-        sales = fetch("ecomm.sales", f"SELECT salesid, pricepaid FROM {t('ecomm.sales')} ORDER BY salesid")
-        touched: dict[str, set[int]] = {table: set() for table in TABLES}
+        self.sales = fetch("ecomm.sales", f"SELECT salesid, pricepaid FROM {t('ecomm.sales')} ORDER BY salesid")
+        self.unsold: list[int] = []
+        self.idle: list[int] = []
+        self.gone_listings: list[int] = []
+        self.gone_users: list[int] = []
 
-        def run(table: str, op: str, query: str, rows: Sequence[Row]) -> None:
-            if not rows:
-                return
-            result[table][op] += placement.db(table).executemany(query, rows)
-            if op != "delete":
-                touched[table].update(row[0] if op == "insert" else row[-1] for row in rows)
+    def k(self, fraction: float) -> int:
+        return max(1, round(self.n * fraction))
 
-        def insert(table: str, rows: Sequence[Row]) -> None:
-            run(table, "insert", _insert_sql(placement.db(table), table), rows)
+    def t(self, table: str) -> str:
+        return self.placement.db(table).table(table)
 
-        # Inserts, dimensions first: new users and venues, events at existing venues, listings, then sales.
+    def fetch(self, table: str, query: str) -> list[Row]:
+        return self.placement.db(table).rows(query)
+
+    def run(self, table: str, op: str, query: str, rows: Sequence[Row]) -> None:
+        if not rows:
+            return
+        self.result[table][op] += self.placement.db(table).executemany(query, rows)
+        if op != "delete":
+            self.touched[table].update(row[0] if op == "insert" else row[-1] for row in rows)
+
+    def insert(self, table: str, rows: Sequence[Row]) -> None:
+        self.run(table, "insert", _insert_sql(self.placement.db(table), table), rows)
+
+    def inserts(self) -> None:
+        """Dimensions first: new users and venues, events at existing venues, listings, then sales."""
+        rng, k, max_ids = self.rng, self.k, self.max_ids
         new_users = [_user_row(rng, max_ids["crm.users"] + i) for i in range(1, k(0.08) + 1)]
-        insert("crm.users", new_users)
+        self.insert("crm.users", new_users)
         new_venues = [_venue_row(rng, max_ids["ems.venue"] + i) for i in range(1, k(0.02) + 1)]
-        insert("ems.venue", new_venues)
-        userids = [row[0] for row in users] + [row[0] for row in new_users]
-        venueids = [row[0] for row in venues] + [row[0] for row in new_venues]
-        new_events = [_event_row(rng, max_ids["ems.event"] + i, venueids, categories, dates)
+        self.insert("ems.venue", new_venues)
+        userids = [row[0] for row in self.users] + [row[0] for row in new_users]
+        venueids = [row[0] for row in self.venues] + [row[0] for row in new_venues]
+        new_events = [_event_row(rng, max_ids["ems.event"] + i, venueids, self.categories, self.dates)
                       for i in range(1, k(0.05) + 1)]
-        insert("ems.event", new_events)
-        event_dates: dict[int, int] = {row[0]: row[1] for row in events} | {row[0]: row[3] for row in new_events}
+        self.insert("ems.event", new_events)
+        event_dates: dict[int, int] = {row[0]: row[1] for row in self.events} | {row[0]: row[3] for row in new_events}
         event_keys = list(event_dates.items())
-        pools = _Pools(dates, userids)
+        pools = _Pools(self.dates, userids)
         new_listings = [
             _listing_row(rng, max_ids["ecomm.listing"] + i, rng.choice(event_keys), pools)
             for i in range(1, k(0.12) + 1)
         ]
-        insert("ecomm.listing", new_listings)
-        open_listings = [(row[:8], row[8]) for row in listings if row[8] > 0]
+        self.insert("ecomm.listing", new_listings)
+        open_listings = [(row[:8], row[8]) for row in self.listings if row[8] > 0]
         open_listings += [(row, row[4]) for row in new_listings if row[5] is not None]
+        self.insert("ecomm.sales", self._new_sales(open_listings, event_dates, pools))
+
+    def _new_sales(
+        self, open_listings: list[tuple[Row, int]], event_dates: dict[int, int], pools: _Pools
+    ) -> list[Row]:
+        rng = self.rng
         new_sales: list[Row] = []
-        for i in range(1, k(0.20) + 1):
+        for i in range(1, self.k(0.20) + 1):
             if not open_listings:
                 break
             j = rng.randrange(len(open_listings))
             listing, left = open_listings[j]
-            sale = _sale_row(rng, max_ids["ecomm.sales"] + i, listing, remaining=left,
+            sale = _sale_row(rng, self.max_ids["ecomm.sales"] + i, listing, remaining=left,
                              event_dateid=event_dates.get(listing[2]), pools=pools)
             new_sales.append(sale)
             open_listings[j] = (listing, left - sale[6])
             if left - sale[6] == 0:
                 open_listings[j] = open_listings[-1]
                 open_listings.pop()
-        insert("ecomm.sales", new_sales)
+        return new_sales
 
-        # Updates of rows that existed before the burst.
-        old_users = [row for row in users if row[0] not in touched["crm.users"]]
+    def updates(self) -> None:
+        """Updates of rows that existed before the burst."""
+        rng, k, t, touched = self.rng, self.k, self.t, self.touched
+        old_users = [row for row in self.users if row[0] not in touched["crm.users"]]
         moved = rng.sample(old_users, min(k(0.08), len(old_users)))
         user_updates: list[Row] = []
         for userid, lastname, _ in moved:
@@ -712,87 +742,94 @@ def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, i
             city, state = rng.choice(CITIES)
             email = f"{new_last.lower()}{userid}@{rng.choice(EMAIL_DOMAINS)}"
             user_updates.append((new_last, city, state, email, userid))
-        run("crm.users", "update",
-            f"UPDATE {t('crm.users')} SET lastname = %s, city = %s, state = %s, email = %s WHERE userid = %s",
-            user_updates)
-        no_phone = _pick(rng, [row[0] for row in users], k(0.03), touched["crm.users"])
-        run("crm.users", "update", f"UPDATE {t('crm.users')} SET phone = NULL WHERE userid = %s",
-            [(u,) for u in no_phone])
+        self.run("crm.users", "update",
+                 f"UPDATE {t('crm.users')} SET lastname = %s, city = %s, state = %s, email = %s WHERE userid = %s",
+                 user_updates)
+        no_phone = _pick(rng, [row[0] for row in self.users], k(0.03), touched["crm.users"])
+        self.run("crm.users", "update", f"UPDATE {t('crm.users')} SET phone = NULL WHERE userid = %s",
+                 [(u,) for u in no_phone])
 
         venue_updates = [
             (_venue_name(rng), rng.randrange(500, 75_000, 100), v)
-            for v in _pick(rng, [row[0] for row in venues], k(0.03), touched["ems.venue"])
+            for v in _pick(rng, [row[0] for row in self.venues], k(0.03), touched["ems.venue"])
         ]
-        run("ems.venue", "update",
-            f"UPDATE {t('ems.venue')} SET venuename = %s, venueseats = %s WHERE venueid = %s", venue_updates)
-        catid, _, catname, catdesc = rng.choice(categories)
-        run("ems.category", "update", f"UPDATE {t('ems.category')} SET catdesc = %s WHERE catid = %s",
-            [(f"{catdesc or catname} (revised)"[:50], catid)])
+        self.run("ems.venue", "update",
+                 f"UPDATE {t('ems.venue')} SET venuename = %s, venueseats = %s WHERE venueid = %s", venue_updates)
+        catid, _, catname, catdesc = rng.choice(self.categories)
+        self.run("ems.category", "update", f"UPDATE {t('ems.category')} SET catdesc = %s WHERE catid = %s",
+                 [(f"{catdesc or catname} (revised)"[:50], catid)])
 
         # Rescheduled events: start time moves by a few hours on the same day, keeping non-zero microseconds.
         event_updates = [
             (starttime + dt.timedelta(hours=rng.choice([-2, -1, 1, 2]), microseconds=rng.randint(1, 999)), eventid)
-            for eventid, _, starttime in _pick(rng, [e for e in events if e[2] is not None], k(0.05), set())
+            for eventid, _, starttime in _pick(rng, [e for e in self.events if e[2] is not None], k(0.05), set())
         ]
-        run("ems.event", "update", f"UPDATE {t('ems.event')} SET starttime = %s WHERE eventid = %s", event_updates)
+        self.run("ems.event", "update", f"UPDATE {t('ems.event')} SET starttime = %s WHERE eventid = %s",
+                 event_updates)
+        self._listing_and_sale_updates()
 
-        old_listings = [row for row in listings if row[0] not in touched["ecomm.listing"]]
+    def _listing_and_sale_updates(self) -> None:
+        rng, k, t = self.rng, self.k, self.t
+        old_listings = [row for row in self.listings if row[0] not in self.touched["ecomm.listing"]]
         repriced = rng.sample(old_listings, min(k(0.08) + 1, len(old_listings)))
         price_sql = f"UPDATE {t('ecomm.listing')} SET priceperticket = %s, totalprice = %s WHERE listid = %s"
         listing_updates: list[Row] = []
         for row in repriced[1:]:
             price = _money(row[5] * Decimal(rng.randint(80, 120)) / 100)
             listing_updates.append((price, _money(price * row[4]), row[0]))
-        run("ecomm.listing", "update", price_sql, listing_updates)
+        self.run("ecomm.listing", "update", price_sql, listing_updates)
         if repriced:
             # One row changed three times in the transaction: a consumer that keeps only the latest change per key
             # must end with the last price, not the first or an intermediate one.
             listid, numtickets, price = repriced[0][0], repriced[0][4], repriced[0][5]
             for factor in ("1.10", "0.90", "1.05"):
                 price = _money(price * Decimal(factor))
-                run("ecomm.listing", "update", price_sql, [(price, _money(price * numtickets), listid)])
+                self.run("ecomm.listing", "update", price_sql, [(price, _money(price * numtickets), listid)])
 
         sale_updates = [
             (_money(paid * Decimal("0.9")), _money(_money(paid * Decimal("0.9")) * COMMISSION_RATE), salesid)
-            for salesid, paid in _pick(rng, [s for s in sales if s[1] is not None], k(0.05), set())
+            for salesid, paid in _pick(rng, [s for s in self.sales if s[1] is not None], k(0.05), set())
         ]
-        run("ecomm.sales", "update",
-            f"UPDATE {t('ecomm.sales')} SET pricepaid = %s, commission = %s WHERE salesid = %s", sale_updates)
+        self.run("ecomm.sales", "update",
+                 f"UPDATE {t('ecomm.sales')} SET pricepaid = %s, commission = %s WHERE salesid = %s", sale_updates)
 
-        # Deletes, children first: sales, then listings left without sales, then users with no listings or sales
-        # (looked up per table: the systems may live in different databases).
-        gone_sales = _pick(rng, [row[0] for row in sales], k(0.10), touched["ecomm.sales"])
-        run("ecomm.sales", "delete", f"DELETE FROM {t('ecomm.sales')} WHERE salesid = %s",
-            [(s,) for s in gone_sales])
-        unsold = [row[0] for row in fetch("ecomm.listing", f"""
+    def deletes(self) -> None:
+        """Children first: sales, then listings left without sales, then users with no listings or sales (looked up
+        per table: the systems may live in different databases)."""
+        rng, k, t, fetch, touched, max_ids = self.rng, self.k, self.t, self.fetch, self.touched, self.max_ids
+        gone_sales = _pick(rng, [row[0] for row in self.sales], k(0.10), touched["ecomm.sales"])
+        self.run("ecomm.sales", "delete", f"DELETE FROM {t('ecomm.sales')} WHERE salesid = %s",
+                 [(s,) for s in gone_sales])
+        self.unsold = [row[0] for row in fetch("ecomm.listing", f"""
             SELECT l.listid FROM {t('ecomm.listing')} l
             WHERE NOT EXISTS (SELECT 1 FROM {t('ecomm.sales')} s WHERE s.listid = l.listid) ORDER BY l.listid""")]
-        gone_listings = _pick(rng, [x for x in unsold if x <= max_ids["ecomm.listing"]], k(0.05),
-                              touched["ecomm.listing"])
-        run("ecomm.listing", "delete", f"DELETE FROM {t('ecomm.listing')} WHERE listid = %s",
-            [(x,) for x in gone_listings])
+        self.gone_listings = _pick(rng, [x for x in self.unsold if x <= max_ids["ecomm.listing"]], k(0.05),
+                                   touched["ecomm.listing"])
+        self.run("ecomm.listing", "delete", f"DELETE FROM {t('ecomm.listing')} WHERE listid = %s",
+                 [(x,) for x in self.gone_listings])
         busy = {row[0] for row in fetch("ecomm.listing", f"SELECT sellerid FROM {t('ecomm.listing')}")}
         busy |= {u for row in fetch("ecomm.sales", f"SELECT sellerid, buyerid FROM {t('ecomm.sales')}") for u in row}
-        idle = [row[0] for row in fetch("crm.users", f"SELECT userid FROM {t('crm.users')} ORDER BY userid")
-                if row[0] not in busy]
-        gone_users = _pick(rng, [u for u in idle if u <= max_ids["crm.users"]], k(0.04), touched["crm.users"])
-        run("crm.users", "delete", f"DELETE FROM {t('crm.users')} WHERE userid = %s", [(u,) for u in gone_users])
+        self.idle = [row[0] for row in fetch("crm.users", f"SELECT userid FROM {t('crm.users')} ORDER BY userid")
+                     if row[0] not in busy]
+        self.gone_users = _pick(rng, [u for u in self.idle if u <= max_ids["crm.users"]], k(0.04),
+                                touched["crm.users"])
+        self.run("crm.users", "delete", f"DELETE FROM {t('crm.users')} WHERE userid = %s",
+                 [(u,) for u in self.gone_users])
 
-        # Primary-key changes of rows nothing refers to: listings without sales and idle users get new ids above
-        # every insert's (Debezium sends a delete of the old key, its tombstone, and a create of the new one).
+    def rekeys(self) -> None:
+        """Primary-key changes of rows nothing refers to: listings without sales and idle users get new ids above
+        every insert's (Debezium sends a delete of the old key, its tombstone, and a create of the new one)."""
+        touched, max_ids = self.touched, self.max_ids
         next_ids = {table: max(max_ids[table], *touched[table]) if touched[table] else max_ids[table]
                     for table in ("ecomm.listing", "crm.users")}
-        for table, key, candidates, gone in (("ecomm.listing", "listid", unsold, gone_listings),
-                                             ("crm.users", "userid", idle, gone_users)):
-            for old in _pick(rng, [x for x in candidates if x <= max_ids[table] and x not in gone], k(0.02),
-                             touched[table]):
+        for table, key, candidates, gone in (("ecomm.listing", "listid", self.unsold, self.gone_listings),
+                                             ("crm.users", "userid", self.idle, self.gone_users)):
+            for old in _pick(self.rng, [x for x in candidates if x <= max_ids[table] and x not in gone],
+                             self.k(0.02), touched[table]):
                 next_ids[table] += 1
-                run(table, "rekey", f"UPDATE {t(table)} SET {key} = %s WHERE {key} = %s", [(next_ids[table], old)])
+                self.run(table, "rekey", f"UPDATE {self.t(table)} SET {key} = %s WHERE {key} = %s",
+                         [(next_ids[table], old)])
                 touched[table].add(next_ids[table])
-
-    log.info("burst (seed %d, n %d) in %.2fs: %s", seed, n, time.monotonic() - started,
-             {t: c for t, c in result.items() if any(c.values())})
-    return result
 
 
 # ---------------------------------------------------------------------------------------------------------------
