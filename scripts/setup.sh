@@ -85,16 +85,24 @@ jars() {
 }
 
 # The job's JVM functions (app/cdc/debezium_types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
+# The crash tests' pause points (io.cdclake.testing) go to a jar of their own, never in .deps/spark (which the image
+# and the package take): .deps/spark-testing holds links to every jar of .deps/spark and that one, for the tests'
+# job processes (`spark.jars_dir: .deps/spark-testing`).
 jvm_functions() {
   local stamp=.deps/spark/.cdc-functions.stamp want
   want=$(find jvm/pom.xml jvm/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1)
-  if [ ! -f .deps/spark/cdc-functions.jar ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "mvn package jvm/ (cdc-functions.jar)"
+  if [ ! -f .deps/spark/cdc-functions.jar ] || [ ! -f .deps/testing/cdc-testing.jar ] \
+      || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "mvn package jvm/ (cdc-functions.jar, cdc-testing.jar)"
     mvn -q -B -f jvm/pom.xml -DskipTests package
-    mkdir -p .deps/spark
+    mkdir -p .deps/spark .deps/testing
     cp jvm/target/cdc-functions.jar .deps/spark/cdc-functions.jar
+    cp jvm/target/cdc-functions-testing.jar .deps/testing/cdc-testing.jar
     echo "$want" > "$stamp"
   fi
+  rm -rf .deps/spark-testing
+  mkdir -p .deps/spark-testing
+  ln -s "$PWD"/.deps/spark/*.jar "$PWD/.deps/testing/cdc-testing.jar" .deps/spark-testing/
 }
 
 python_env() {

@@ -2,7 +2,7 @@
 # README command 2: the whole test suite on a fresh machine.
 # Installs what is missing, starts the local stack (unless it already runs), runs lint, type check and
 # pytest, and stops the stack it started, also when tests fail.
-# usage: scripts/test.sh [pytest args...]       e.g.  scripts/test.sh -m "not slow"
+# usage: [TEST_WORKERS=N] scripts/test.sh [pytest args...]       e.g.  scripts/test.sh -m "not slow"
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -30,7 +30,9 @@ export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
 # The stack's S3 server takes any key; these only apply when no AWS credentials are set.
 export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}
 rc=0
-# The slowest tests and the time per module are printed on every run (tests/conftest.py).
-.venv/bin/pytest --durations=25 "$@" || rc=$?
+# The slowest tests and the time per module are printed on every run (tests/conftest.py). The modules run on
+# TEST_WORKERS pytest-xdist workers at once, longest first (tests/support/parallel.py); TEST_WORKERS=0: one process.
+workers=${TEST_WORKERS:-3}
+.venv/bin/pytest --durations=25 -n "$workers" "$@" || rc=$?
 echo "[test] finished in $((SECONDS - start))s (exit $rc)"
 exit $rc

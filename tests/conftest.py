@@ -17,13 +17,18 @@ import requests
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
+from xdist.remote import Producer
 
 from app.config import JobConfig, load_config
 from app.spark import build_session, is_object_store
 from tests.support.cdc import CONNECT_URL, KAFKA_BOOTSTRAP, PG_DSN, REGISTRY_URL
+from tests.support.parallel import ModuleScheduling
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONF = ROOT / "conf" / "local.yaml"
+# The job's jars and jvm/'s io.cdclake.testing (the pause points inside Hudi), for job processes the tests pause
+# (`spark.jars_dir`; scripts/setup.sh jvm): the shipped jars hold none of the testing classes.
+TESTING_JARS = ROOT / ".deps" / "spark-testing"
 RUN_ID = uuid.uuid4().hex[:8]
 TEST_DIR = ROOT / ".stack" / "tests" / RUN_ID
 
@@ -85,6 +90,12 @@ def lake_root(local_config: JobConfig) -> str:
 def test_dir() -> Path:
     TEST_DIR.mkdir(parents=True, exist_ok=True)
     return TEST_DIR
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleScheduling:
+    """With `pytest -n <workers>` (scripts/test.sh): modules as units, longest first (tests/support/parallel.py)."""
+    return ModuleScheduling(config, log)
 
 
 _module_seconds: dict[str, float] = {}

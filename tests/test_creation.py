@@ -29,8 +29,8 @@ from app.sink.creation import repair_interrupted_creation
 from app.sink.hudi import HudiTarget, write_silver
 from app.sink.lakefs import fs_and_path, list_files
 from app.state.resume import silver_tables
+from tests.conftest import ROOT, TESTING_JARS
 
-ROOT = Path(__file__).resolve().parent.parent
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 SCHEMA = "id int, v string, day string, _cdc_position string, _hoodie_is_deleted boolean"
 FIRST = [(1, "a", "d1", "01", False), (2, "b", "d2", "01", False)]
@@ -140,7 +140,8 @@ def _start_writer(tmp_path: Path, target: HudiTarget, options: dict[str, str], p
         from app.sink.hudi import HudiTarget, write_silver
         from app.spark import build_session
         config = load_config("conf/local.yaml")
-        spark_cfg = dataclasses.replace(config.spark, conf={{**config.spark.conf, **{PAUSING_FS!r}}})
+        spark_cfg = dataclasses.replace(config.spark, conf={{**config.spark.conf, **{PAUSING_FS!r}}},
+                                        jars_dir={str(TESTING_JARS)!r})
         spark = build_session("creation-test", spark_cfg, None)
         target = {target!r}
         write_silver(spark.createDataFrame({FIRST!r}, {SCHEMA!r}), target, 0, "q", {options!r})

@@ -19,8 +19,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.sink.hudi import HudiTarget, write_silver
+from tests.conftest import ROOT, TESTING_JARS
 
-ROOT = Path(__file__).resolve().parent.parent
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 
 
@@ -74,12 +74,13 @@ def test_a_commit_killed_inside_hudi_is_rolled_back_by_the_next_write(spark: Spa
     schema = "id int, v string, _cdc_position string, _hoodie_is_deleted boolean"
     write_silver(spark.createDataFrame([(1, "a", "01", False)], schema), target, 0, "q", NO_SYNC)
     code = f"""
+        import dataclasses
         from app.config import load_config
         from app.sink.hudi import HudiTarget, write_silver
         from app.spark import build_session
         from devkit.pauses import PausingHooks
         config = load_config("conf/local.yaml")
-        spark = build_session("pause-test", config.spark, None)
+        spark = build_session("pause-test", dataclasses.replace(config.spark, jars_dir={str(TESTING_JARS)!r}), None)
         target = HudiTarget("db", "t", {str(table)!r}, ("id",))
         df = spark.createDataFrame([(1, "b", "02", False), (2, "c", "02", False)], {schema!r})
         write_silver(df, target, 1, "q", {{**{NO_SYNC!r}, **PausingHooks.from_env().write_options({str(table)!r})}})

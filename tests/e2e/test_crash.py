@@ -45,7 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app.sink.bronze import read_bronze
 from app.sink.lakefs import fs_and_path, list_files
-from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
+from tests.conftest import LOCAL_CONF, ROOT, RUN_ID, TESTING_JARS
 from tests.support.cdc import PG_DSN, debezium_connector, read_topic, wait_for_records
 from tests.support.pipeline import source_schema
 
@@ -169,6 +169,7 @@ def job_conf(
         f"{SCHEMA}.events": {"table_type": "MERGE_ON_READ", "compaction_delta_commits": 2}
     }
     raw["spark"]["conf"].update(spark_conf or {})
+    raw["spark"]["jars_dir"] = str(TESTING_JARS)  # the pause points inside Hudi (jvm/ io.cdclake.testing)
     path.write_text(yaml.safe_dump(raw))
     return path
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -79,7 +80,9 @@ def debezium_connector(
             conn.execute(f"drop publication if exists {config['publication.name']}")
 
 
-_server_ids = iter(range(184_000 + (time.time_ns() // 1000) % 10_000 * 10, 10**9))
+# MariaDB connectors' server ids: unique per run, and per pytest-xdist worker (gw0, gw1, ...) running at once.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_server_ids = iter(range(184_000 + _WORKER * 1_000_000 + (time.time_ns() // 1000) % 10_000 * 10, 10**9))
 
 
 @contextmanager
