@@ -14,13 +14,14 @@ from pyspark.sql.streaming import StreamingQuery
 import app
 from app.batch.processor import BatchProcessor
 from app.config import JobConfig
-from app.errors import PipelineError, RerouteError
+from app.errors import PipelineError
 from app.hooks import Hooks
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, check_routes, skip_reason
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 from app.state.resume import kafka_partitions, resume_offsets
-from app.state.status import load_status, log_stale, stale_tables, why, write_status
+from app.state.stale import log_stale, reroute_error, stale_tables
+from app.state.status import load_status, why, write_status
 from app.wire.registry import RegistryClient
 from app.wire.source import read_kafka
 
@@ -51,36 +52,7 @@ def start_query(
         # A rename is a copy on S3: Spark's abortable-stream manager writes checkpoint files without renames. It
         # needs a file system with abortable streams (s3a); EMRFS s3:// keeps Spark's default manager.
         spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", ABORTABLE_CHECKPOINT_MANAGER)
-    partitions = kafka_partitions(spark, config)
-    routes = check_routes(config, partitions, all_partition_roots(spark, config))
-    log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
-             ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
-    status = processor.status = load_status(spark, config)
-    status.conf = conf_file
-    for topic in sorted(partitions):
-        reason = skip_reason(topic, config)
-        if reason is not None:
-            log.info("topic %s feeds no table: %s", topic, reason)
-            status.skipped_topics.setdefault(topic, {"reason": reason, "batch_id": None, "at": None, "records": 0})
-    status.set_routes(routes)
-    status.stale_tables, rerouted = stale_tables(spark, config, routes)
-    log_stale(status.stale_tables)
-    processor.write_status = True
-    try:
-        if rerouted:
-            raise RerouteError(
-                "; ".join(r.message() for r in rerouted) + ". With this checkpoint the job would read on after "
-                "those offsets, and the tables would miss them: replay them, i.e. drop "
-                f"{', '.join(sorted({r.old_table for r in rerouted}))} (catalog and folder), then start with a new "
-                f"lake.checkpoint_path and --from-starting-offsets (kafka.starting_offsets: earliest, within "
-                f"Kafka's retention); or undo the config change (README \"Partitioned and sharded sources\")"
-            )
-        processor.planner.check_merges_at_start(spark, routes)
-    except PipelineError as e:
-        status.record_failure(e)
-        raise
-    finally:
-        write_status(spark, config, status)
+    _check_start(spark, config, processor, conf_file)
     writer = (
         read_kafka(spark, config.kafka, resume_offsets(spark, config, conf_file, from_starting_offsets))
         .writeStream.foreachBatch(processor.process)
@@ -94,6 +66,32 @@ def start_query(
     query = writer.start()
     log.info("query %s started (id %s, run %s)", query.name, query.id, query.runId)
     return query
+
+
+def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcessor, conf_file: str) -> None:
+    """The checks before the first batch (start_query's Raises), and the status they leave, written whatever
+    their outcome; from here on the processor writes it after every batch."""
+    partitions = kafka_partitions(spark, config)
+    routes = check_routes(config, partitions, all_partition_roots(spark, config))
+    log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
+             ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
+    skipped = {topic: reason for topic in sorted(partitions) if (reason := skip_reason(topic, config)) is not None}
+    for topic, reason in skipped.items():
+        log.info("topic %s feeds no table: %s", topic, reason)
+    stale, rerouted = stale_tables(spark, config, routes)
+    log_stale(stale)
+    status = processor.status = load_status(spark, config)
+    status.record_start(conf_file, routes, skipped, stale)
+    processor.write_status = True
+    try:
+        if rerouted:
+            raise reroute_error(rerouted)
+        processor.planner.check_merges_at_start(spark, routes)
+    except PipelineError as e:
+        status.record_failure(e)
+        raise
+    finally:
+        write_status(spark, config, status)
 
 
 def _why(route: TableRoute) -> str:
