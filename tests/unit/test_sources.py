@@ -262,3 +262,20 @@ def test_debezium_topics_without_table_rows_are_skipped_with_why() -> None:
     # a table's topic whose name merely ends the same way is a table's topic
     assert skip_reason("crm.transaction.events", config) is None
     assert skip_reason("__debezium-heartbeat.other", config) is None
+
+
+def test_messages_name_a_table_setting_as_each_config_spells_it() -> None:
+    """One rule for the key a message names (JobConfig.table_setting_key), right for a `sources` list (the n-th
+    source's own tables), SQL Server's three-part table keys, and one `source` with top-level or its own tables."""
+    config = _config(TICKIT)
+    erp = route_topic("erp.erp.dbo.orders", config)
+    ecomm = route_topic("ecomm.shop.listing", config)
+    assert config.table_setting_key(erp.source, erp.source_key, "partition_by") == (
+        'sources[2].tables."erp.dbo.orders".partition_by')
+    assert config.table_setting_key(ecomm.source, ecomm.source_key, "record_key") == (
+        'sources[1].tables."shop.listing".record_key')
+    single = _config(source={"topic_prefix": "cdc"}, tables={"s.t": {"name": "x"}})
+    route = route_topic("cdc.s.t", single)
+    assert single.table_setting_key(route.source, route.source_key, "discriminator") == 'tables."s.t".discriminator'
+    own = _config(source={"topic_prefix": "cdc", "tables": {"s.t": {"name": "x"}}})
+    assert own.table_setting_key(route.source, route.source_key, "name") == 'source.tables."s.t".name'
