@@ -5,10 +5,11 @@ fixtures start connectors and job runs once). Two exceptions: the crash tests ar
 fixture, and together they are the longest module), and the two modules that run applications on the stack's
 standalone cluster share a unit (its two one-core workers serve one application at a time).
 
-Units go out longest first (`WEIGHT_S`, seconds measured in a serial run; others count as 30), one unit per worker
-at a time: a worker gets its next unit when it is on the last test of its current one (xdist holds a worker's last
-test until it has a next one or is told to stop, to tear fixtures down right). The longest units start at once and
-the short ones fill in behind them.
+Units go out longest first (`WEIGHT_S`, seconds measured in a serial run; others count as 30). A worker gets its
+next unit when one test of its current one is left: xdist holds a worker's last test until it has a next one (to
+tear fixtures down right), so that test has not started yet. When the unit left is a heavy one (a single long test,
+such as a crash test), the worker gets the shortest unit waiting instead of the longest, so that nothing long
+queues behind it; the longest units start at once and the short ones fill in.
 
 Every worker has its own run id (tests/conftest.py: RUN_ID), so schemas, topics, connectors, databases and lake
 folders never collide; they share the stack.
@@ -43,6 +44,7 @@ WEIGHT_S: dict[str, float] = {
 PER_TEST = {"tests/e2e/test_crash.py"}
 SHARED = {"tests/e2e/test_emr_step.py": "standalone-cluster", "tests/e2e/test_standalone.py": "standalone-cluster"}
 DEFAULT_WEIGHT_S = 30.0
+HEAVY_S = 300.0  # a unit this long takes the shortest unit waiting as the next one of its worker
 
 
 def unit_of(nodeid: str) -> str:
@@ -82,6 +84,8 @@ class ModuleScheduling(LoadScopeScheduling):
         for node in self.nodes:
             if self.workqueue and not node.shutting_down:
                 self._assign_work_unit(node)
+        for node in self.nodes:  # a unit of one test waits for a next one (module docstring)
+            self._reschedule(node)
         if not self.workqueue:
             for node in self.nodes:
                 node.shutdown()
@@ -92,6 +96,11 @@ class ModuleScheduling(LoadScopeScheduling):
         if not self.workqueue:
             node.shutdown()
             return
-        if self._pending_of(self.assigned_work[node]) > 1:
+        assigned = self.assigned_work[node]
+        if self._pending_of(assigned) > 1:
             return
+        heavy = any(WEIGHT_S.get(unit, DEFAULT_WEIGHT_S) >= HEAVY_S and not all(tests.values())
+                    for unit, tests in assigned.items())
+        if heavy:
+            self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)  # the shortest goes first
         self._assign_work_unit(node)
