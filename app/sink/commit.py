@@ -30,8 +30,8 @@ from typing import Any, Final
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from app.errors import required
 from app.sink.hudi import COMMIT_META_PREFIX, table_exists
+from app.spark import jvm_class
 
 OFFSETS_KEY: Final = f"{COMMIT_META_PREFIX}offsets"
 COMMITTED_KEY: Final = f"{COMMIT_META_PREFIX}committed"
@@ -134,15 +134,16 @@ def last_committed(spark: SparkSession, table_path: str) -> Committed | None:
     """
     if not table_exists(spark, table_path):
         return None
-    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
-    hudi = jvm.org.apache.hudi
-    conf = hudi.storage.hadoop.HadoopStorageConfiguration(spark.sparkContext._jsc.hadoopConfiguration())
-    meta_client = hudi.common.table.HoodieTableMetaClient.builder().setConf(conf).setBasePath(table_path).build()
+    storage_conf = jvm_class(spark, "org.apache.hudi.storage.hadoop.HadoopStorageConfiguration")
+    conf = storage_conf(spark.sparkContext._jsc.hadoopConfiguration())
+    meta_client = (jvm_class(spark, "org.apache.hudi.common.table.HoodieTableMetaClient").builder().setConf(conf)
+                   .setBasePath(table_path).build())
+    timeline_utils = jvm_class(spark, "org.apache.hudi.common.table.timeline.TimelineUtils")
     timeline = meta_client.getCommitsTimeline().filterCompletedInstants()
     instants = timeline.getReverseOrderedInstants().iterator()
     while instants.hasNext():
         instant = instants.next()
-        metadata = hudi.common.table.timeline.TimelineUtils.getCommitMetadata(instant, timeline)
+        metadata = timeline_utils.getCommitMetadata(instant, timeline)
         value = metadata.getMetadata(COMMITTED_KEY)
         if value:
             source_table = metadata.getMetadata(SOURCE_TABLE_KEY)

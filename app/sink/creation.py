@@ -38,6 +38,7 @@ from pyspark.sql import SparkSession
 
 from app.errors import SinkWriteError
 from app.sink.lakefs import fs_and_path
+from app.spark import jvm_class
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def repair_interrupted_creation(spark: SparkSession, path: str, table: str) -> l
         if path in _usable:
             return None
     fs, table_path = fs_and_path(spark, path)
-    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
+    hadoop_path = jvm_class(spark, "org.apache.hadoop.fs.Path")
     meta = hadoop_path(table_path, META_FOLDER)
     if not fs.exists(meta):
         return None  # no table yet: Hudi creates it

@@ -8,9 +8,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app.cdc.columns import DELETED_COL, LEDGER_FOLDER, POSITION_COL
 from app.config import PartitionSpec
-from app.errors import required
 from app.sink.creation import repair_interrupted_creation
 from app.sink.lakefs import list_files
+from app.spark import jvm_class
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +182,7 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     A table whose first commit failed has a `.hoodie` folder but nothing to read yet. Hudi 1.x names a
     completed instant `<begin>_<end>.<action>` in `.hoodie/timeline/`.
     """
-    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
-    completed = jvm.org.apache.hadoop.fs.Path(
+    completed = jvm_class(spark, "org.apache.hadoop.fs.Path")(
         path.rstrip("/") + "/.hoodie/timeline/*_*.{commit,deltacommit,replacecommit}"
     )
     fs = completed.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())

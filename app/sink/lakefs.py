@@ -7,13 +7,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.errors import required
+from app.spark import jvm_class
 
 
 def fs_and_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
     """The Hadoop FileSystem of a URI (in the session's configuration) and the URI as a Hadoop Path."""
-    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
-    path = jvm.org.apache.hadoop.fs.Path(uri)
+    path = jvm_class(spark, "org.apache.hadoop.fs.Path")(uri)
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
 
 

@@ -26,10 +26,11 @@ from pyspark.sql import SparkSession
 
 from app.cdc.columns import LEDGER_FOLDER
 from app.config import JobConfig
-from app.errors import ResumeError, required
+from app.errors import ResumeError
 from app.sink.commit import Committed, last_committed
 from app.sink.hudi import table_exists
 from app.sink.lakefs import fs_and_path
+from app.spark import jvm_class
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +93,17 @@ def starting_offsets_json(
 def kafka_partitions(spark: SparkSession, config: JobConfig) -> dict[str, list[int]]:
     """The partitions of every topic the job subscribes to, from Kafka's admin API in the driver's JVM (with the
     job's own Kafka options, so MSK IAM or SASL settings apply)."""
-    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
-    props = jvm.java.util.Properties()
+    props = jvm_class(spark, "java.util.Properties")()
     props.setProperty("bootstrap.servers", config.kafka.bootstrap_servers)
     for key, value in config.kafka.options.items():
         props.setProperty(key, value)
-    admin: Any = jvm.org.apache.kafka.clients.admin.AdminClient.create(props)
+    admin: Any = jvm_class(spark, "org.apache.kafka.clients.admin.AdminClient").create(props)
     try:
         pattern = re.compile(config.kafka.topic_pattern)
         names = [str(n) for n in admin.listTopics().names().get() if pattern.fullmatch(str(n))]
         if not names:
             return {}
-        described = admin.describeTopics(jvm.java.util.ArrayList(names)).allTopicNames().get()
+        described = admin.describeTopics(jvm_class(spark, "java.util.ArrayList")(names)).allTopicNames().get()
         return {
             name: sorted(int(p.partition()) for p in described.get(name).partitions()) for name in names
         }

@@ -24,6 +24,7 @@ from pyspark.sql.avro.functions import from_avro
 from app.errors import SchemaDecodeError
 
 DECODE_ERROR_TAG = "CDC_DECODE_ERROR"
+_DECODED = "_cdc_decoded"  # the body decoded, before its check; dropped again by decode_value
 _DECODE_ERROR_RE = re.compile(
     DECODE_ERROR_TAG + r" topic=(?P<topic>\S+) partition=(?P<partition>\d+) offset=(?P<offset>\d+) "
     r"schema_id=(?P<schema_id>\d+)"
@@ -36,7 +37,11 @@ def decode_value(df: DataFrame, schema_json: str) -> DataFrame:
     Rows must all carry the writer schema id the schema belongs to. Raises (when the plan runs) a Spark
     error tagged CDC_DECODE_ERROR naming topic, partition, offset and schema id for an undecodable body.
     """
-    decoded = from_avro(F.col("value_payload"), schema_json, {"mode": "PERMISSIVE"})
+    # Decoded in a projection of its own and checked in the next: `from_avro` stays one expression in the plan
+    # (Spark keeps the projections apart, as it does not inline a costly expression used twice), instead of
+    # one copy per use below, each evaluated and planned on its own.
+    df = df.withColumn(_DECODED, from_avro(F.col("value_payload"), schema_json, {"mode": "PERMISSIVE"}))
+    decoded = F.col(_DECODED)
     failure = F.raise_error(
         F.format_string(
             DECODE_ERROR_TAG + " topic=%s partition=%d offset=%d schema_id=%d",
@@ -45,7 +50,7 @@ def decode_value(df: DataFrame, schema_json: str) -> DataFrame:
     )
     # raise_error is typed null; the CASE takes the struct type from the decoded branch.
     checked = F.when(_decode_failed(decoded, schema_json) & F.col("value_payload").isNotNull(), failure)
-    return df.withColumn("envelope", checked.otherwise(decoded))
+    return df.withColumn("envelope", checked.otherwise(decoded)).drop(_DECODED)
 
 
 def _decode_failed(decoded: Column, schema_json: str) -> Column:

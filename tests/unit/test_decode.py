@@ -188,3 +188,12 @@ def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> No
     assert [tuple(r) for r in unwrapped_df.collect()] == [
         (1, "alice", "c", "00000000/00000064", 1704103872000, 0, 40, False, [])
     ]
+
+
+def test_decode_runs_from_avro_once_per_row(spark: SparkSession) -> None:
+    """The check reads the decoded body; it does not copy `from_avro` into each of its conditions."""
+    payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE)])
+
+    plan = _executed_plan(decode_value(payloads_df, ENVELOPE_JSON).select("envelope.after.name"))
+
+    assert plan.count("from_avro(") == 1, plan
