@@ -8,7 +8,8 @@
 #   Apicurio Registry 3.0 (SQL storage in the stack's PostgreSQL: it lives and dies with the Kafka data)
 #   Kafka Connect 3.9 (distributed, one worker) with the Debezium PostgreSQL and MariaDB connectors, each
 #   with the Apicurio converter beside it
-#   S3 API: moto's server (in memory), bucket `lake` for Silver, Bronze and checkpoints on s3a://lake/
+#   S3 API: moto's S3 backend (in memory; devkit/s3_server.py), bucket `lake` for Silver, Bronze and
+#   checkpoints on s3a://lake/
 #   A restart of the S3 server empties the lake and the checkpoints together: the next run of the job reads
 #   Kafka from the configured start and rebuilds every table. Kafka, the registry and the databases keep theirs.
 #   Spark standalone: a master (spark://127.0.0.1:7077) and two workers (1 core, 2g each) from pip's pyspark, so a
@@ -91,7 +92,7 @@ alive() { # alive NAME: the recorded pid runs and is still our server (a stale p
   local f=$PIDS/$1.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres|mariadbd|moto'
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres|mariadbd|s3_server'
 }
 
 wait_for() { # wait_for NAME SECONDS COMMAND...
@@ -260,9 +261,10 @@ start_registry() {
 
 start_s3() {
   if alive s3; then log "s3 already running (pid $(cat "$PIDS/s3.pid"))"; return; fi
-  nohup "$ROOT/.venv/bin/moto_server" -H 127.0.0.1 -p "$S3_PORT" >> "$LOGS/s3.log" 2>&1 &
+  # moto's S3 backend alone (devkit/s3_server.py): moto_server would look up the service of every request.
+  nohup "$ROOT/.venv/bin/python" "$ROOT/devkit/s3_server.py" -H 127.0.0.1 -p "$S3_PORT" >> "$LOGS/s3.log" 2>&1 &
   echo $! > "$PIDS/s3.pid"
-  wait_for s3 60 curl -sf "http://127.0.0.1:$S3_PORT/moto-api/"
+  wait_for s3 60 curl -sf "http://127.0.0.1:$S3_PORT/"
   # Any access key works with moto; PUT on an existing bucket of the same owner is a no-op.
   curl -sf -X PUT "http://127.0.0.1:$S3_PORT/$S3_BUCKET" >/dev/null
   log "bucket s3a://$S3_BUCKET/ ready"

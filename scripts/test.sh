@@ -8,7 +8,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 start=$SECONDS
 scripts/setup.sh
-echo "[test] ruff"; .venv/bin/ruff check app scripts tests
+echo "[test] ruff"; .venv/bin/ruff check app devkit scripts tests
 echo "[test] mypy"; .venv/bin/mypy
 # Services the developer already runs stay as they are; only those this script starts are stopped.
 running=$(scripts/stack.sh status | awk '$2 == "running" {print $1}')
@@ -35,7 +35,10 @@ rc=0
 workers=${TEST_WORKERS:-3}
 # The JVMs the tests start (each worker's Spark, the job processes, spark-submit) live seconds to minutes: C1 only
 # and the serial collector spend about a third less CPU on them here (the stack's services keep their own flags).
-export JAVA_TOOL_OPTIONS=${JAVA_TOOL_OPTIONS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+# The JDK's own SAX parser named up front: the AWS SDK makes one per S3 listing, and finding it otherwise searches
+# every jar on the class path each time.
+export JAVA_TOOL_OPTIONS=${JAVA_TOOL_OPTIONS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
+-Dorg.xml.sax.driver=com.sun.org.apache.xerces.internal.parsers.SAXParser"}
 .venv/bin/pytest --durations=25 -n "$workers" "$@" || rc=$?
 echo "[test] finished in $((SECONDS - start))s (exit $rc)"
 exit $rc

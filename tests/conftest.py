@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import psycopg
 import pytest
 import requests
@@ -76,14 +77,23 @@ def stack() -> None:
         pytest.fail(f"local stack not up ({e}); run scripts/stack.sh up")
 
 
-@pytest.fixture(scope="session")
-def lake_root(local_config: JobConfig) -> str:
-    """Where this run's test lakes live: beside the local config's Silver (s3a://lake/tests/<run> on the stack's
-    S3 server), or under the run's local test folder when the local config keeps the lake on local disk."""
+@pytest.fixture(scope="module")
+def lake_root(local_config: JobConfig, request: pytest.FixtureRequest) -> str:
+    """Where a test module's lakes live: on the stack's S3 server, in a bucket of the module's own
+    (s3a://t-<run>-<module>/tests/<run>), or under the run's local test folder when the local config keeps the
+    lake on local disk.
+
+    A bucket per module: moto lists a prefix by walking every key of its bucket, so one bucket for the whole
+    run made each listing slower the further the run got."""
     silver = local_config.lake.silver_path
-    if is_object_store(silver):
-        return f"{silver.rstrip('/').rsplit('/', 1)[0]}/tests/{RUN_ID}"
-    return str(TEST_DIR)
+    if not is_object_store(silver):
+        return str(TEST_DIR)
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    bucket = f"t-{RUN_ID}-{module}".replace("_", "-")[:63].rstrip("-")
+    s3 = boto3.client("s3", endpoint_url=local_config.spark.conf["spark.hadoop.fs.s3a.endpoint"],
+                      region_name=local_config.spark.conf.get("spark.hadoop.fs.s3a.endpoint.region", "us-east-1"))
+    s3.create_bucket(Bucket=bucket)
+    return f"{silver.split('://', 1)[0]}://{bucket}/tests/{RUN_ID}"
 
 
 @pytest.fixture(scope="session")
