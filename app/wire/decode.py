@@ -37,9 +37,9 @@ def decode_value(df: DataFrame, schema_json: str) -> DataFrame:
     Rows must all carry the writer schema id the schema belongs to. Raises (when the plan runs) a Spark
     error tagged CDC_DECODE_ERROR naming topic, partition, offset and schema id for an undecodable body.
     """
-    # Decoded in a projection of its own and checked in the next: `from_avro` stays one expression in the plan
-    # (Spark keeps the projections apart, as it does not inline a costly expression used twice), instead of
-    # one copy per use below, each evaluated and planned on its own.
+    # Decoded in a projection of its own and checked in the next: the check reads one `from_avro` (Spark does
+    # not inline a costly expression used twice) instead of a copy per condition. A filter on the result can
+    # still be pushed below both projections, and then copies `from_avro` into itself.
     df = df.withColumn(_DECODED, from_avro(F.col("value_payload"), schema_json, {"mode": "PERMISSIVE"}))
     decoded = F.col(_DECODED)
     failure = F.raise_error(

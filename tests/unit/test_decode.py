@@ -190,7 +190,7 @@ def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> No
     ]
 
 
-def test_decode_runs_from_avro_once_per_row(spark: SparkSession) -> None:
+def test_the_decode_check_reads_one_from_avro(spark: SparkSession) -> None:
     """The check reads the decoded body; it does not copy `from_avro` into each of its conditions."""
     payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE)])
 
