@@ -38,8 +38,11 @@ def decode_value(df: DataFrame, schema_json: str) -> DataFrame:
     error tagged CDC_DECODE_ERROR naming topic, partition, offset and schema id for an undecodable body.
     """
     # Decoded in a projection of its own and checked in the next: the check reads one `from_avro` (Spark does
-    # not inline a costly expression used twice) instead of a copy per condition. A filter on the result can
-    # still be pushed below both projections, and then copies `from_avro` into itself.
+    # not inline a costly expression used twice) instead of a copy per condition. The checked column is marked
+    # nondeterministic (a branch on spark_partition_id() that never matches): Spark pushes no filter through a
+    # projection holding such a column, so a filter on `envelope` (the op filter, unwrap's) reads the decoded
+    # value instead of copying `from_avro` into its condition once per reference (five copies, each building
+    # its Avro reader and a Hadoop configuration per task).
     df = df.withColumn(_DECODED, from_avro(F.col("value_payload"), schema_json, {"mode": "PERMISSIVE"}))
     decoded = F.col(_DECODED)
     failure = F.raise_error(
@@ -50,7 +53,8 @@ def decode_value(df: DataFrame, schema_json: str) -> DataFrame:
     )
     # raise_error is typed null; the CASE takes the struct type from the decoded branch.
     checked = F.when(_decode_failed(decoded, schema_json) & F.col("value_payload").isNotNull(), failure)
-    return df.withColumn("envelope", checked.otherwise(decoded)).drop(_DECODED)
+    barrier = F.spark_partition_id() < 0  # never true; nondeterministic (see above)
+    return df.withColumn("envelope", checked.when(barrier, F.lit(None)).otherwise(decoded)).drop(_DECODED)
 
 
 def _decode_failed(decoded: Column, schema_json: str) -> Column:

@@ -197,3 +197,20 @@ def test_the_decode_check_reads_one_from_avro(spark: SparkSession) -> None:
     plan = _executed_plan(decode_value(payloads_df, ENVELOPE_JSON).select("envelope.after.name"))
 
     assert plan.count("from_avro(") == 1, plan
+
+
+def test_filters_after_the_decode_read_the_decoded_body(spark: SparkSession) -> None:
+    """The op filter and a filter on an unwrapped column stay above the decode: no copy of `from_avro` in them."""
+    truncate = {**CREATE, "after": None, "op": "t"}
+    payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE), _avro(ENVELOPE_SCHEMA, truncate)])
+
+    unwrapped_df = (
+        decode_value(payloads_df, ENVELOPE_JSON)
+        .transform(filter_data_changes)
+        .transform(unwrap_envelope, ["id", "name"], POSTGRESQL)
+        .filter(F.col("name") != "nobody")
+    )
+    plan = _executed_plan(unwrapped_df)
+
+    assert plan.count("from_avro(") == 1, plan
+    assert [(r["id"], r["name"]) for r in unwrapped_df.collect()] == [(1, "alice")]
