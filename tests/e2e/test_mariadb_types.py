@@ -27,7 +27,6 @@ from typing import Any
 
 import pymysql
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -51,6 +50,7 @@ from app.job import await_query, start_query
 from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import MARIADB_ROOT, job_config_for, mariadb_connector, read_topic
+from tests.support.pipeline import assert_columns_equal
 from tests.support.values import interval_text
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -344,17 +344,7 @@ def _assert_equal_to_source(spark: SparkSession, conn: pymysql.Connection, run: 
     expected_df = spark.createDataFrame(expected, schema)
     actual_df = silver.select("id", *[(c.actual or (lambda x: x))(F.col(c.name)).alias(c.name) for c in COLUMNS])
     assert {f.name: f.dataType for f in actual_df.schema.fields} == {f.name: f.dataType for f in schema.fields}
-    # Both sides read once (the Silver table, the Python rows) and compared from memory a column at a time.
-    actual_df, expected_df = actual_df.cache(), expected_df.cache()
-    try:
-        for c in COLUMNS:  # one column at a time: a failure names the column
-            assert_df_equality(
-                actual_df.select("id", c.name).orderBy("id"), expected_df.select("id", c.name).orderBy("id"),
-                ignore_nullable=True,
-            )
-    finally:
-        actual_df.unpersist()
-        expected_df.unpersist()
+    assert_columns_equal(actual_df, expected_df, [c.name for c in COLUMNS], ignore_nullable=True)
 
 
 def test_snapshot_of_every_mariadb_type_equals_the_source(

@@ -24,7 +24,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -49,6 +48,7 @@ from app.job import await_query, start_query
 from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import PG_DSN, debezium_connector, job_config_for, read_topic
+from tests.support.pipeline import assert_columns_equal
 from tests.support.values import interval_text
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -431,18 +431,8 @@ def _assert_equal_to_source(spark: SparkSession, conn: psycopg.Connection, run: 
     def both(df: DataFrame) -> DataFrame:
         return df.select("id", *[(c.both(F.col(c.name)) if c.both else F.col(c.name)).alias(c.name) for c in COLUMNS])
 
-    # Both sides read once (the Silver table, the Python rows) and compared from memory a column at a time.
-    actual_df, expected_df = both(actual_df).cache(), both(expected_df).cache()
-    try:
-        for c in COLUMNS:  # one column at a time: a failure names the column
-            assert_df_equality(
-                actual_df.select("id", c.name).orderBy("id"),
-                expected_df.select("id", c.name).orderBy("id"),
-                ignore_nullable=True, allow_nan_equality=True,
-            )
-    finally:
-        actual_df.unpersist()
-        expected_df.unpersist()
+    assert_columns_equal(both(actual_df), both(expected_df), [c.name for c in COLUMNS],
+                         ignore_nullable=True, allow_nan_equality=True)
 
 
 def test_snapshot_of_every_type_equals_the_source(

@@ -8,7 +8,8 @@ from typing import Any, Self
 
 import psycopg
 import yaml
-from pyspark.sql import SparkSession
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
 
 from app.batch.processor import BatchProcessor
 from app.config import JobConfig
@@ -72,3 +73,17 @@ def differences(
             if got != want:
                 found.append(f"id {key} {column}: Silver {got!r}, PostgreSQL {want!r}")
     return found
+
+
+def assert_columns_equal(actual_df: DataFrame, expected_df: DataFrame, columns: list[str], **options: Any) -> None:
+    """chispa's equality of `id` and each column, one column at a time (a failure names the column), ordered by
+    `id`. Both sides are read once (the Silver table, the Python rows) and compared from memory."""
+    actual_df, expected_df = actual_df.cache(), expected_df.cache()
+    try:
+        for column in columns:
+            assert_df_equality(
+                actual_df.select("id", column).orderBy("id"), expected_df.select("id", column).orderBy("id"), **options
+            )
+    finally:
+        actual_df.unpersist()
+        expected_df.unpersist()
