@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine; idempotent, cheap when nothing changed.
-# usage: scripts/setup.sh [system] [jars] [python]     (no argument: all three)
+# usage: scripts/setup.sh [system] [jars] [python] [s3]     (no argument: all four)
 #   system  Debian packages: PostgreSQL 15 with PostGIS 3, MariaDB 10.11 server and client, a JDK 17, Maven, curl
 #   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
 #           own JVM functions (the jvm step)
 #   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
+#   s3      the stack's S3 API server, gofakes3 from the Go module proxy, built by the machine's Go into .deps/bin
 # One part of jars on its own:
 #   jvm     the project's own JVM functions: jvm/, built by Maven into .deps/spark/cdc-functions.jar when jvm/
 #           changed (scripts/package.sh runs it: the EMR package ships that jar)
@@ -119,6 +120,23 @@ python_env() {
   fi
 }
 
+# The stack's S3 API server (scripts/stack.sh start_s3): gofakes3's command, built by the machine's Go (1.24 or
+# newer) from the Go module proxy; Go's module and build caches make a rebuild in a fresh clone take seconds.
+GOFAKES3=github.com/johannesboyne/gofakes3/cmd/gofakes3@v1.2.0
+s3_server() {
+  local stamp=.deps/bin/.gofakes3.stamp go
+  if [ -x .deps/bin/gofakes3 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$GOFAKES3" ]; then
+    log "s3: gofakes3 up to date"
+    return
+  fi
+  go=$(command -v go || echo /usr/local/go/bin/go)
+  [ -x "$go" ] || { echo "[setup] need Go 1.24 or newer (go) to build the stack's S3 server $GOFAKES3" >&2; exit 1; }
+  log "go install $GOFAKES3 into .deps/bin"
+  mkdir -p .deps/bin
+  GOBIN="$ROOT/.deps/bin" "$go" install "$GOFAKES3"
+  echo "$GOFAKES3" > "$stamp"
+}
+
 python_runtime() {
   local stamp=.venv/.installed want reqs=()
   # The pins of setup.cfg's install_requires, read with the standard library (no project install needed).
@@ -144,13 +162,14 @@ for line in cfg["options"]["install_requires"].splitlines():
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(system jars python)
+[ ${#steps[@]} -gt 0 ] || steps=(system jars python s3)
 for s in "${steps[@]}"; do
   case $s in
     system) system ;;
     jars) jars ;;
     jvm) jvm_functions ;;
     python) python_env ;;
+    s3) s3_server ;;
     build-system) build_system ;;
     runtime-system) runtime_system ;;
     python-runtime) python_runtime ;;

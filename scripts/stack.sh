@@ -8,7 +8,7 @@
 #   Apicurio Registry 3.0 (SQL storage in the stack's PostgreSQL: it lives and dies with the Kafka data)
 #   Kafka Connect 3.9 (distributed, one worker) with the Debezium PostgreSQL and MariaDB connectors, each
 #   with the Apicurio converter beside it
-#   S3 API: moto's S3 backend (in memory; devkit/s3_server.py), bucket `lake` for Silver, Bronze and
+#   S3 API: gofakes3 (in memory; built from the Go module proxy by scripts/setup.sh s3), bucket `lake` for Silver, Bronze and
 #   checkpoints on s3a://lake/
 #   A restart of the S3 server empties the lake and the checkpoints together: the next run of the job reads
 #   Kafka from the configured start and rebuilds every table. Kafka, the registry and the databases keep theirs.
@@ -92,7 +92,7 @@ alive() { # alive NAME: the recorded pid runs and is still our server (a stale p
   local f=$PIDS/$1.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres|mariadbd|s3_server'
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -E 'java|postgres|mariadbd|gofakes3'
 }
 
 wait_for() { # wait_for NAME SECONDS COMMAND...
@@ -113,11 +113,12 @@ mariadb_admin() { # SQL as the server's admin over its socket (unix_socket auth:
 }
 
 ensure_installed() { # ensure_installed SERVICE...: the setup steps those services need
-  # system: the databases and a JDK; jars: Kafka, Connect with Debezium, the registry; python: the S3 server
-  # (moto) and Spark (pip's pyspark) run from the project virtualenv.
+  # system: the databases and a JDK; jars: Kafka, Connect with Debezium, the registry; s3: the S3 server
+  # (gofakes3); python: Spark (pip's pyspark) runs from the project virtualenv.
   local steps=(system) all=" $* "
   if [[ $all == *" kafka "* || $all == *" registry "* || $all == *" connect "* ]]; then steps+=(jars); fi
-  if [[ $all == *" s3 "* || $all == *" spark "* ]]; then steps+=(python); fi
+  if [[ $all == *" s3 "* ]]; then steps+=(s3); fi
+  if [[ $all == *" spark "* ]]; then steps+=(python); fi
   "$ROOT/scripts/setup.sh" "${steps[@]}"
 }
 
@@ -261,12 +262,12 @@ start_registry() {
 
 start_s3() {
   if alive s3; then log "s3 already running (pid $(cat "$PIDS/s3.pid"))"; return; fi
-  # moto's S3 backend alone (devkit/s3_server.py): moto_server would look up the service of every request.
-  nohup "$ROOT/.venv/bin/python" "$ROOT/devkit/s3_server.py" -H 127.0.0.1 -p "$S3_PORT" >> "$LOGS/s3.log" 2>&1 &
+  # gofakes3 (scripts/setup.sh s3), objects in memory: its CPU per request is a small part of moto's, which served
+  # the stack before and spent about a sixth of a job run's CPU. It takes any access key.
+  nohup "$ROOT/.deps/bin/gofakes3" -backend memory -host "127.0.0.1:$S3_PORT" -initialbucket "$S3_BUCKET" -quiet \
+    >> "$LOGS/s3.log" 2>&1 &
   echo $! > "$PIDS/s3.pid"
-  wait_for s3 60 curl -sf "http://127.0.0.1:$S3_PORT/"
-  # Any access key works with moto; PUT on an existing bucket of the same owner is a no-op.
-  curl -sf -X PUT "http://127.0.0.1:$S3_PORT/$S3_BUCKET" >/dev/null
+  wait_for s3 60 curl -sf "http://127.0.0.1:$S3_PORT/$S3_BUCKET"
   log "bucket s3a://$S3_BUCKET/ ready"
 }
 

@@ -83,8 +83,7 @@ def lake_root(local_config: JobConfig, request: pytest.FixtureRequest) -> str:
     (s3a://t-<run>-<module>/tests/<run>), or under the run's local test folder when the local config keeps the
     lake on local disk.
 
-    A bucket per module: moto lists a prefix by walking every key of its bucket, so one bucket for the whole
-    run made each listing slower the further the run got."""
+    A bucket per module: a module's lakes can be listed, and dropped, without the others' keys."""
     silver = local_config.lake.silver_path
     if not is_object_store(silver):
         return str(TEST_DIR)
