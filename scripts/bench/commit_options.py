@@ -129,7 +129,7 @@ def main() -> int:
     if args.commits < 1:
         sys.exit("--commits: at least 1 commit after the first")
     variants = dict(args.variant or [parse_variant("no-sync")])
-    if args.partitions and "hoodie.metadata.enable" in {k for v in variants.values() for k in v}:
+    if args.partitions and any(v.get("hoodie.metadata.enable") == "false" for v in variants.values()):
         sys.exit("a partitioned table's record-level index lives in the metadata table: no variant may turn it off")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
