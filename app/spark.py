@@ -99,9 +99,15 @@ def _driver_for(jdbc_url: str) -> str:
     return "org.apache.derby.jdbc.EmbeddedDriver"
 
 
+# A batch's tables are written from threads of their own (app/batch/processor.py), each thread's Spark jobs in a
+# scheduler pool of their own: FAIR shares the executors between the pools, where FIFO would let one table's
+# jobs queue behind another's.
+SCHEDULING_CONF = {"spark.scheduler.mode": "FAIR"}
+
+
 def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None) -> dict[str, str]:
     """Every Spark setting the job's session gets, in the order later entries override earlier ones."""
-    conf: dict[str, str] = {**HUDI_CONF, **LAKE_CONF}
+    conf: dict[str, str] = {**HUDI_CONF, **LAKE_CONF, **SCHEDULING_CONF}
     if spark.jars_dir:
         jars = jar_paths(spark.jars_dir)
         # On the driver's system classpath, set before the JVM starts (pyspark launches it with this conf): the

@@ -194,7 +194,8 @@ def test_a_creation_killed_inside_hudi_is_repaired_by_the_next_write(
 ) -> None:
     point, kind, expected, repaired = case
     path = f"file://{tmp_path}/db/{kind}"
-    target = HudiTarget("db", kind, path, ("id",), table_type="MERGE_ON_READ" if kind == "mor" else "COPY_ON_WRITE")
+    target = HudiTarget("db", kind, path, ("id",), table_type="MERGE_ON_READ" if kind == "mor" else "COPY_ON_WRITE",
+                        metadata_table=point == "create_metadata")
     process = _start_writer(tmp_path, target, NO_SYNC, point)
     try:
         reached = _wait_for(tmp_path / f"{point}.json", process, tmp_path / "writer.log", 240)
@@ -210,3 +211,28 @@ def test_a_creation_killed_inside_hudi_is_repaired_by_the_next_write(
     assert bool(_warned(caplog)) == repaired, _warned(caplog)
     # Nothing of the killed write is visible; the second write is whole.
     assert _rows(spark, path) == [(2, "B"), (3, "c")]
+
+
+@pytest.mark.parametrize("where", ["s3", "local"])
+def test_a_table_that_had_a_metadata_table_loses_it_and_keeps_its_rows(
+    spark: SparkSession, lake_root: str, tmp_path: Path, where: str
+) -> None:
+    """`lake.metadata_table: partitioned` (the default) on a non-partitioned table written with `all` before:
+    Hudi deletes the metadata table at the next write; every row stays, the update included."""
+    root = lake_root if where == "s3" else f"file://{tmp_path}"
+    path = f"{root}/creation/metadata-off-{uuid.uuid4().hex[:6]}"
+    with_metadata = HudiTarget("db", "m", path, ("id",), metadata_table=True)
+    write_silver(spark.createDataFrame(FIRST, SCHEMA), with_metadata, 0, "q", NO_SYNC)
+    assert any(f.startswith(".hoodie/metadata/") for f in list_files(spark, path))
+
+    write_silver(spark.createDataFrame(SECOND, SCHEMA), dataclasses.replace(with_metadata, metadata_table=False),
+                 1, "q", NO_SYNC)
+    assert not any(f.startswith(".hoodie/metadata/") for f in list_files(spark, path))
+    assert _rows(spark, path) == [(1, "a"), (2, "B"), (3, "c")]
+    fs, properties = fs_and_path(spark, f"{path}/.hoodie/hoodie.properties")
+    stream = fs.open(properties)
+    try:
+        text = bytes(stream.readAllBytes()).decode()
+    finally:
+        stream.close()
+    assert "hoodie.table.metadata.partitions=\n" in text or "hoodie.table.metadata.partitions" not in text, text

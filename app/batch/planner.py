@@ -150,6 +150,7 @@ class Planner:
                 partition=route.partition,
                 compaction_delta_commits=route.compaction_delta_commits,
                 retain_commits=self.config.lake.retain_commits,
+                metadata_table=self.config.lake.metadata_table == "all",
             )
         try:
             events_df = union(s.events_df for s in slices)

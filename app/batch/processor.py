@@ -17,14 +17,16 @@ in (`Step`), and re-raised: Spark stops the query, and the batch is read again a
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 
 from py4j.protocol import Py4JJavaError
+from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import CapturedException
 
-from app.batch.plan import BatchPlan
+from app.batch.plan import BatchPlan, TablePlan
 from app.batch.planner import Planner
 from app.batch.writer import Step, TableWriter
 from app.config import JobConfig
@@ -55,6 +57,7 @@ class BatchProcessor:
         self.failure: PipelineError | None = None  # the latest batch's typed error, re-raised by app/job.py
         self.status = JobStatus()  # app/state/status.py; written after every batch when `write_status` is on
         self.write_status = False
+        self.databases: set[str] = set()  # catalog databases known to exist
 
     def process(self, batch_df: DataFrame, batch_id: int) -> None:
         """foreachBatch entry point.
@@ -97,14 +100,42 @@ class BatchProcessor:
         self._write_bronze(raw_df, plan, batch_id)
         step.name = "tables"
         self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
-        for n, table_plan in enumerate(plan.tables):
-            if n:
-                step.table, step.name = None, "tables"
-                self.hooks.at("between_tables", batch_id=batch_id, committed=names[:n], remaining=names[n:])
-            step.table = table_plan.route.qualified_name
-            self.writer.write(table_plan, batch_id, query_id, step)
+        self._write_tables(raw_df.sparkSession, plan, step, query_id)
         step.table, step.name = None, "status"
         self.hooks.at("tables_committed", batch_id=batch_id, committed=names)
+
+    def _write_tables(self, spark: SparkSession, plan: BatchPlan, step: Step, query_id: str) -> None:
+        """Each table's unit (app/batch/writer.py), `lake.table_writers` at a time (`TableUnits`). A failure is
+        raised once the units under way have ended (each commits or not on its own), `step` naming its table and
+        the step it stopped in."""
+        units = TableUnits(plan, step.batch_id, query_id, self.writer, self.hooks)
+        writers = min(self.config.lake.table_writers, len(plan.tables))
+        if writers <= 1:
+            units.write()
+        else:
+            self._create_databases(spark, plan)
+            # InheritableThread: each thread's JVM side inherits the batch's local properties (the query id).
+            threads = [
+                InheritableThread(target=units.write, args=(spark, f"tables-{n}")) for n in range(writers)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        if units.failures:
+            error, failed = units.failures[0]
+            step.table, step.name = failed.table, failed.name
+            raise error
+
+    def _create_databases(self, spark: SparkSession, plan: BatchPlan) -> None:
+        """The catalog databases of the batch's tables, created before their writer threads start: each table's
+        meta sync creates a missing one, and two at once both create it (the metastore then holds the name twice
+        and every later look-up of it fails)."""
+        for database in sorted({p.target.database for p in plan.tables if p.target is not None}):
+            if database not in self.databases and not spark.catalog.databaseExists(database):
+                log.info("creating catalog database %s", database)
+                spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+            self.databases.add(database)
 
     def _write_bronze(self, raw_df: DataFrame, plan: BatchPlan, batch_id: int) -> None:
         try:
@@ -128,3 +159,38 @@ class BatchProcessor:
     def _save_status(self, spark: SparkSession) -> None:
         if self.write_status:
             write_status(spark, self.config, self.status)
+
+
+class TableUnits:
+    """A batch's table units shared by its writer threads: each thread takes the next table not yet started until
+    none is left or a unit failed. `between_tables` is reached after each table's commit while others remain."""
+
+    def __init__(self, plan: BatchPlan, batch_id: int, query_id: str, writer: TableWriter, hooks: Hooks) -> None:
+        self.batch_id, self.query_id, self.writer, self.hooks = batch_id, query_id, writer, hooks
+        self.names = plan.table_names
+        self.waiting = deque(plan.tables)
+        self.done: list[str] = []
+        self.failures: list[tuple[Exception, Step]] = []  # the first one is the batch's
+        self.lock = threading.Lock()
+
+    def write(self, spark: SparkSession | None = None, pool: str | None = None) -> None:
+        """A writer thread's loop; with a `pool`, its Spark jobs run in that FAIR scheduler pool."""
+        if spark is not None and pool is not None:
+            spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+        while (table_plan := self._next()) is not None:
+            step = Step(self.batch_id, table_plan.route.qualified_name)
+            try:
+                self.writer.write(table_plan, self.batch_id, self.query_id, step)
+            except Exception as e:
+                with self.lock:
+                    self.failures.append((e, step))
+                return
+            with self.lock:
+                self.done.append(table_plan.route.qualified_name)
+                committed, remaining = list(self.done), [n for n in self.names if n not in self.done]
+            if remaining:
+                self.hooks.at("between_tables", batch_id=self.batch_id, committed=committed, remaining=remaining)
+
+    def _next(self) -> TablePlan | None:
+        with self.lock:
+            return None if self.failures or not self.waiting else self.waiting.popleft()

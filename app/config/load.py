@@ -180,6 +180,8 @@ def _check_semantics(config: JobConfig) -> None:
         raise ConfigError("lake.compaction_delta_commits", "must be >= 1")
     if config.lake.retain_commits < 1:
         raise ConfigError("lake.retain_commits", "must be >= 1")
+    if config.lake.table_writers < 1:
+        raise ConfigError("lake.table_writers", "must be >= 1 (1: one table after another)")
 
 
 def _check_registry(config: JobConfig) -> None:

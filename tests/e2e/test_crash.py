@@ -154,6 +154,7 @@ def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
 def job_conf(
     lake: str, path: Path, max_offsets: int | None, *, prefix: str = PREFIX, database: str = DATABASE,
     tables: dict[str, Any] | None = None, spark_conf: dict[str, str] | None = None,
+    lake_settings: dict[str, Any] | None = None,
 ) -> Path:
     """conf/local.yaml pointed at one test's topics and lake; small batches while killing, none at the end."""
     raw = yaml.safe_load(LOCAL_CONF.read_text())
@@ -162,7 +163,7 @@ def job_conf(
     raw["source"] = {"topic_prefix": prefix, "framing": "id4", "id_type": "contentId"}
     raw["lake"].update({
         "database": database, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
-        "checkpoint_path": f"{lake}/checkpoint",
+        "checkpoint_path": f"{lake}/checkpoint", **(lake_settings or {}),
     })
     raw["trigger"] = {"processing_time": "1 second"}
     raw["tables"] = tables if tables is not None else {
@@ -417,6 +418,10 @@ C_TABLE_CONF = {
     f"{C_SCHEMA}.b_mor": {"table_type": "MERGE_ON_READ"},
     f"{C_SCHEMA}.c_part": {"partition_by": "region"},
 }
+# Every table keeps a metadata table (the non-partitioned ones too: their creation has that step then), and the
+# tables are created one after another, in CREATION_PLAN's order (a creation paused on one writer thread would let
+# the others create the remaining tables before the kill).
+C_LAKE_SETTINGS = {"metadata_table": "all", "table_writers": 1}
 # jvm/'s io.cdclake.testing file systems: they pause before a given file of a table's creation is created.
 PAUSING_FS = {
     "spark.hadoop.fs.s3a.impl": "io.cdclake.testing.PausingS3AFileSystem",
@@ -478,7 +483,7 @@ def test_kill_9_inside_table_creation_is_repaired_on_restart(
     paths = {t: f"{silver}/{C_DATABASE}/{C_SCHEMA}_{t}" for t in C_TABLES}
     paths[LEDGER] = f"{silver}/{C_DATABASE}/_cdc_delete_ledger/{C_SCHEMA}_d_led"
     conf = job_conf(lake, folder / "job.yaml", None, prefix=C_PREFIX, database=C_DATABASE, tables=C_TABLE_CONF,
-                    spark_conf=PAUSING_FS)
+                    spark_conf=PAUSING_FS, lake_settings=C_LAKE_SETTINGS)
     job = Job(conf, folder)
     kills: list[Kill] = []
     with debezium_connector(f"cc-{RUN_ID}", C_PREFIX, [C_SCHEMA]):

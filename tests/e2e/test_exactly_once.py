@@ -5,8 +5,11 @@
   finds them in complete ranges and writes nothing.
 - The checkpoint is lost: the job resumes after the offsets the tables committed, not from `earliest`; the
   first batch holds only the records written since.
-- A batch's tables are written from two threads at once, twice: the first time each commits its offsets, the
-  second time each finds them on its timeline; the job's own run then writes those offsets to Bronze only.
+- A batch's tables are written from two writer threads at once (`lake.table_writers`), twice: the first time each
+  commits its offsets, the second time each finds them on its timeline; the job's own run then writes those
+  offsets to Bronze only.
+- One table's write fails while the other's thread goes on: the batch raises the failure naming that table and
+  its step, the other table commits; the next run writes the failed table and skips the committed one.
 Afterwards every Silver table equals PostgreSQL and Bronze holds every Kafka offset exactly once.
 
 Phases build on each other and run in file order.
@@ -15,14 +18,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from app.batch.processor import BatchProcessor
+from app.batch.writer import Step
 from app.config import JobConfig
+from app.errors import SinkWriteError
+from app.hooks import Hooks
 from app.sink.bronze import read_bronze
 from app.sink.hudi import completed_instants
 from app.sink.lakefs import delete_path, list_files
@@ -171,13 +177,14 @@ def test_a_batchs_tables_written_from_two_threads_at_once(pipeline: Pipeline, pg
         .option("includeHeaders", "true")
         .load()
     )
-    plans = processor.planner.plan(raw_df).tables
+    batch = processor.planner.plan(raw_df)
+    plans = batch.tables
     assert sorted(p.summary.rows_in for p in plans) == [1, 2]
     commits = {t: pipeline.commits(t) for t in TABLES}
+    assert pipeline.config.lake.table_writers >= 2
 
     def write_both() -> None:
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda plan: processor.writer.write(plan, 1000, "two-threads"), plans))
+        processor._write_tables(spark, batch, Step(1000), "two-threads")
 
     write_both()
     assert pipeline.rows("items") == {tuple(r) for r in pg_conn.execute(f"select id, name, qty from {SCHEMA}.items")}
@@ -194,4 +201,41 @@ def test_a_batchs_tables_written_from_two_threads_at_once(pipeline: Pipeline, pg
     replayed = {t: (s.rows_in, s.replayed) for batch in pipeline.processor.history for t, s in batch.items()}
     assert replayed == {f"{DATABASE}.{SCHEMA}_items": (2, 2), f"{DATABASE}.{SCHEMA}_notes": (1, 1)}
     assert {t: pipeline.commits(t) for t in TABLES} == after_first
+    assert_lake_equals_source(pipeline, pg_conn, offsets)
+
+
+class FailingNotes(Hooks):
+    """A Hudi write option that fails the `notes` table's upserts (a record key column it does not have)."""
+
+    def write_options(self, table_path: str) -> dict[str, str]:
+        if table_path.endswith("_notes"):
+            return {"hoodie.datasource.write.recordkey.field": "no_such_column"}
+        return {}
+
+
+def test_a_table_failing_on_one_writer_thread_leaves_the_other_committed(
+    pipeline: Pipeline, pg_conn: psycopg.Connection
+) -> None:
+    pg_conn.execute(f"update {SCHEMA}.items set qty = 99 where id = 3")
+    pg_conn.execute(f"insert into {SCHEMA}.notes values (7, 'note 7')")
+    offsets = kafka_offsets({"items": 30, "notes": 10})
+    failing = Pipeline(pipeline.spark, pipeline.config,
+                       BatchProcessor(pipeline.config, pipeline.processor.planner.registry, FailingNotes()))
+    items_before, notes_before = pipeline.commits("items"), pipeline.commits("notes")
+
+    with pytest.raises(SinkWriteError, match=f"Hudi write of {DATABASE}.{SCHEMA}_notes failed"):
+        failing.run()
+    failed_at = failing.processor.status.failed_at or {}
+    assert {k: failed_at.get(k) for k in ("table", "step", "error")} == {
+        "table": f"{DATABASE}.{SCHEMA}_notes", "step": "upsert", "error": "SinkWriteError",
+    }
+    # The other thread's table committed its share; the failed one holds nothing of the batch.
+    assert len(pipeline.commits("items")) == len(items_before) + 1
+    assert pipeline.commits("notes") == notes_before
+    assert pipeline.rows("items") == {tuple(r) for r in pg_conn.execute(f"select id, name, qty from {SCHEMA}.items")}
+    assert (7, "note 7") not in pipeline.rows("notes")
+
+    pipeline.run()  # the batch again: items finds its offsets committed, notes is written
+    replayed = {t: (s.rows_in, s.replayed) for batch in pipeline.processor.history for t, s in batch.items()}
+    assert replayed == {f"{DATABASE}.{SCHEMA}_items": (1, 1), f"{DATABASE}.{SCHEMA}_notes": (1, 0)}
     assert_lake_equals_source(pipeline, pg_conn, offsets)
