@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""The speed benchmark: each scenario against its baseline, measured in the same run on the same storage.
+
+Scenarios (`--scenario`, repeatable; default all):
+  ceiling   B1: the same Kafka records through the job's batch function (plan, Bronze, every Silver table written
+            by Hudi) and through the same plan with the Silver write swapped for plain Parquet (the latest row per
+            key, the same Bronze write, as many writer threads as lake.table_writers); throughput of each and ours
+            as a share of the ceiling. Per table: rows
+            and the time of its unit (app/batch/writer.py).
+  growth    B5: one upsert batch (`--batch` keys spread evenly over all keys) into a table of `--small` rows and
+            into one of `--large` rows, per layout (Copy-on-Write and Merge-on-Read with the job's index for a
+            non-partitioned table, Merge-on-Read partitioned with the record-level index); the tables are loaded
+            with a bulk insert first. Ratio large / small per layout.
+  job-runs  the demo's job run: `app/main.py --available-now` over the topics on a fresh lake, this checkout
+            against the code at `--baseline-ref` (a git worktree, the same config keys it knows), each its own
+            process; wall time and the machine's busy CPU.
+
+Every figure is the median of `--runs` runs, the compared sides alternating (A B B A A B ...), after one
+warm-up run of each side in the same session (job-runs: processes of their own, no warm-up). Prints the
+effective Hudi options of each layout and the Spark settings, then the results; writes results.json and
+results.md to `--out`. Needs the local stack (scripts/stack.sh up) and, for ceiling and job-runs, records on the
+topics (scripts/demo.sh puts the demo's there). The lake is conf/local.yaml's (S3 by default); what a run writes
+is removed at the end.
+
+Not here yet (docs/performance.md says what is measured and what is not): B2 (one writeStream.format("hudi") query
+per table), B3 (freshness under a steady PostgreSQL workload, and the soak) and B4 (a 500,000-event backlog).
+
+Usage: .venv/bin/python scripts/bench/run.py [--scenario ceiling --scenario growth] [--runs 3] [--smoke]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from pyspark import InheritableThread  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+from app.batch.plan import BatchPlan  # noqa: E402
+from app.batch.processor import BatchProcessor  # noqa: E402
+from app.config import JobConfig, PartitionSpec, load_config  # noqa: E402
+from app.sink.bronze import write_bronze  # noqa: E402
+from app.sink.hudi import HudiTarget, write_options, write_silver  # noqa: E402
+from app.sink.lakefs import delete_path  # noqa: E402
+from app.spark import build_session, session_conf  # noqa: E402
+from app.wire.registry import RegistryClient  # noqa: E402
+from app.wire.source import subscribe_pattern  # noqa: E402
+
+SCENARIOS = ("ceiling", "growth", "job-runs")
+SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100}
+log = logging.getLogger("bench")
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One compared measurement: its name, the side measured, the median and every run's value."""
+
+    scenario: str
+    name: str
+    side: str
+    unit: str
+    median: float
+    values: tuple[float, ...]
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds process `pid` has spent (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (/proc/stat: all but idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def alternate(sides: list[str], runs: int) -> list[str]:
+    """Run order: A B, then B A, then A B ... so warm-up drift and noise fall on every side."""
+    order: list[str] = []
+    for n in range(runs):
+        order += sides if n % 2 == 0 else sides[::-1]
+    return order
+
+
+def timed(sides: dict[str, Callable[[int], dict[str, float]]], runs: int) -> dict[str, list[dict[str, float]]]:
+    """Each side once to warm up, then `runs` times in alternating order; each call returns its figures."""
+    for name, side in sides.items():
+        log.info("warm-up: %s", name)
+        side(-1)
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+    for n, name in enumerate(alternate(list(sides), runs)):
+        figures = sides[name](n)
+        results[name].append(figures)
+        print(f"  run {n}: {name:10s} " + "  ".join(f"{k}={v:.2f}" for k, v in figures.items()), flush=True)
+    return results
+
+
+def medians(scenario: str, name: str, results: dict[str, list[dict[str, float]]], units: dict[str, str]
+            ) -> list[Figure]:
+    return [
+        Figure(scenario, f"{name} {key}", side, unit, statistics.median(r[key] for r in runs),
+               tuple(r[key] for r in runs))
+        for side, runs in results.items() for key, unit in units.items()
+    ]
+
+
+# --- B1: the ceiling -------------------------------------------------------------------------------------------
+
+def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tuple[list[Figure], dict[str, Any]]:
+    """The job's batch function against the same plan written as plain Parquet, over every record of the topics."""
+    raw_df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+        .option("subscribePattern", subscribe_pattern(config.kafka.topic_pattern))
+        .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+        .option("includeHeaders", "true")
+        .load()
+    ).persist()
+    records = raw_df.count()
+    if not records:
+        sys.exit(f"ceiling: no records on topics matching {config.kafka.topic_pattern!r} (run scripts/demo.sh first)")
+    registry = RegistryClient.from_config(config.registry)
+    pid = jvm_pid(spark)
+    per_table: dict[str, list[tuple[int, float]]] = {}
+
+    def lake_config(side: str, n: int) -> JobConfig:
+        root = f"{lake}/ceiling/{side}{n + 1}"
+        return dataclasses.replace(config, lake=dataclasses.replace(
+            config.lake, database=f"bench_{side}{n + 1}_{lake.rsplit('/', 1)[-1]}", silver_path=f"{root}/silver",
+            bronze_path=f"{root}/bronze", checkpoint_path=f"{root}/checkpoint",
+        ))
+
+    def job(n: int) -> dict[str, float]:
+        run_config = lake_config("job", n)
+        processor = BatchProcessor(run_config, registry)
+        wall, cpu = time.monotonic(), cpu_s(pid)
+        processor.process(raw_df, 0)
+        figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(pid) - cpu}
+        for table, stats in processor.last_stats.items() if n >= 0 else ():
+            per_table.setdefault(table.split(".", 1)[1], []).append((stats.rows_in, stats.duration_s))
+        return {**figures, "events_per_s": records / figures["s"]}
+
+    def parquet(n: int) -> dict[str, float]:
+        run_config = lake_config("parquet", n)
+        wall, cpu = time.monotonic(), cpu_s(pid)
+        plan = BatchProcessor(run_config, registry).planner.plan(raw_df)
+        write_bronze(raw_df, run_config.lake.bronze_path, plan.offsets)
+        write_parquet_tables(plan, run_config)
+        figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(pid) - cpu}
+        return {**figures, "events_per_s": records / figures["s"]}
+
+    print(f"\nB1 ceiling: {records} records on {config.kafka.topic_pattern!r}, lake.table_writers="
+          f"{config.lake.table_writers}")
+    try:
+        results = timed({"job": job, "parquet": parquet}, runs)
+    finally:
+        raw_df.unpersist()
+        for n in range(-1, runs * 2):
+            for side in ("job", "parquet"):
+                spark.sql(f"drop database if exists {lake_config(side, n).lake.database} cascade")
+    figures = medians("ceiling", "batch", results, {"s": "s", "cpu_s": "CPU-s", "events_per_s": "events/s"})
+    share = 100 * statistics.median(r["events_per_s"] for r in results["job"]) / statistics.median(
+        r["events_per_s"] for r in results["parquet"])
+    figures.append(Figure("ceiling", "job throughput as a share of the ceiling", "job", "%", share, ()))
+    tables = {t: {"rows_in": v[-1][0], "median_s": statistics.median(d for _, d in v)} for t, v in per_table.items()}
+    return figures, {"records": records, "tables": tables}
+
+
+def write_parquet_tables(plan: BatchPlan, config: JobConfig) -> None:
+    """Each table's latest row per key as plain Parquet where the job would put the Hudi table, from as many
+    writer threads as the job's (lake.table_writers), each taking the next table."""
+    waiting = [p for p in plan.tables if p.events_df is not None and p.record_key is not None]
+
+    def write_tables() -> None:
+        while True:
+            try:
+                table_plan = waiting.pop()
+            except IndexError:
+                return
+            path = config.lake.table_path(table_plan.route.table, table_plan.route.database)
+            table_plan.latest_df().write.mode("overwrite").parquet(path)
+
+    threads = [InheritableThread(target=write_tables) for _ in range(config.lake.table_writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+# --- B5: growth ------------------------------------------------------------------------------------------------
+
+LAYOUTS: dict[str, tuple[str, PartitionSpec | None]] = {
+    "cow": ("COPY_ON_WRITE", None),
+    "mor": ("MERGE_ON_READ", None),
+    "mor-partitioned": ("MERGE_ON_READ", PartitionSpec("part")),
+}
+
+
+def rows(ids: DataFrame, version: int) -> DataFrame:
+    return ids.select(
+        "id",
+        F.concat(F.lit(f"v{version}-"), F.col("id").cast("string")).alias("payload"),
+        (F.col("id") % 4).cast("string").alias("part"),
+        F.lit(f"{version:016d}").alias("_cdc_position"),
+        F.lit(False).alias("_hoodie_is_deleted"),
+    )
+
+
+def growth(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[list[Figure], dict[str, Any]]:
+    """Per layout: a table of `small` rows and one of `large`, bulk-loaded, then the same-sized upserts into each,
+    keys spread evenly over the whole table, alternating between the two tables."""
+    figures: list[Figure] = []
+    options: dict[str, Any] = {}
+    print(f"\nB5 growth: upserts of {args.batch} keys into {args.small:,} and {args.large:,} rows")
+    for layout, (table_type, partition) in LAYOUTS.items():
+        targets = {
+            size: HudiTarget(database="bench_growth", table=f"{layout.replace('-', '_')}_{size}",
+                             path=f"{lake}/growth/{layout}-{size}", record_key=("id",), table_type=table_type,
+                             partition=partition)
+            for size in (args.small, args.large)
+        }
+        options[layout] = write_options(targets[args.small], 0, "bench")
+        print(f" {layout}:")
+        results = timed({str(size): Upserts(spark, target, args.batch) for size, target in targets.items()}, args.runs)
+        figures += medians("growth", f"{layout} upsert", results, {"s": "s", "cpu_s": "CPU-s"})
+        ratio = statistics.median(r["s"] for r in results[str(args.large)]) / statistics.median(
+            r["s"] for r in results[str(args.small)])
+        figures.append(Figure("growth", f"{layout} large / small", "ratio", "x", ratio, ()))
+        for target in targets.values():
+            delete_path(spark, target.path)
+    spark.sql("drop database if exists bench_growth cascade")
+    return figures, {"options": options}
+
+
+class Upserts:
+    """A table bulk-loaded with ids 0..size-1; each call upserts `batch` ids spread evenly over them."""
+
+    def __init__(self, spark: SparkSession, target: HudiTarget, batch: int) -> None:
+        self.spark, self.target, self.batch = spark, target, batch
+        self.size = int(target.table.rsplit("_", 1)[1])
+        self.version = 0
+        self.pid = jvm_pid(spark)
+        load = rows(spark.range(self.size), 0)
+        write_silver(load, target, 0, "bench", {"hoodie.datasource.write.operation": "bulk_insert"})
+
+    def __call__(self, n: int) -> dict[str, float]:
+        self.version += 1
+        ids = self.spark.range(0, self.size, max(self.size // self.batch, 1)).limit(self.batch)
+        batch = rows(ids, self.version).cache()
+        batch.count()
+        wall, cpu = time.monotonic(), cpu_s(self.pid)
+        write_silver(batch, self.target, self.version, "bench")
+        figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(self.pid) - cpu}
+        batch.unpersist()
+        return figures
+
+
+# --- job runs: this code against a baseline ref ----------------------------------------------------------------
+
+def job_runs(config_file: str, lake: str, args: argparse.Namespace) -> tuple[list[Figure], dict[str, Any]]:
+    """`app/main.py --available-now` over the topics, here and at `--baseline-ref`, each run on a fresh lake."""
+    checkouts = {"head": ROOT}
+    worktree = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline_ref],
+                   check=True, capture_output=True)
+    checkouts["baseline"] = worktree
+    raw_conf = yaml.safe_load(Path(config_file).read_text())
+
+    def side(name: str) -> Callable[[int], dict[str, float]]:
+        def run(n: int) -> dict[str, float]:
+            checkout = checkouts[name]
+            # The checkout's own conf/local.yaml (the keys its code knows), pointed at this run's lake and topics.
+            raw = yaml.safe_load((checkout / "conf/local.yaml").read_text())
+            root = f"{lake}/job-runs/{name}{n + 1}"
+            raw["kafka"]["topic_pattern"] = raw_conf["kafka"]["topic_pattern"]
+            raw["lake"].update({"database": f"bench_runs_{name}{n + 1}", "silver_path": f"{root}/silver",
+                                "bronze_path": f"{root}/bronze", "checkpoint_path": f"{root}/checkpoint"})
+            raw["spark"]["jars_dir"] = str(ROOT / ".deps/spark")
+            conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
+            conf.write_text(yaml.safe_dump(raw))
+            wall, busy = time.monotonic(), busy_cpu_s()
+            done = subprocess.run(
+                [sys.executable, "app/main.py", "--conf", str(conf), "--available-now"], cwd=checkout,
+                env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True, check=False,
+            )
+            figures = {"s": time.monotonic() - wall, "busy_cpu_s": busy_cpu_s() - busy}
+            conf.unlink()
+            if done.returncode:
+                sys.exit(f"job run ({name}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            return figures
+        return run
+
+    print(f"\njob runs: this checkout against {args.baseline_ref}, topics {raw_conf['kafka']['topic_pattern']!r}")
+    try:
+        order = alternate(["head", "baseline"], args.runs)
+        results: dict[str, list[dict[str, float]]] = {"head": [], "baseline": []}
+        runners = {name: side(name) for name in results}
+        for n, name in enumerate(order):
+            results[name].append(runners[name](n))
+            print(f"  run {n}: {name:10s} " + "  ".join(f"{k}={v:.2f}" for k, v in results[name][-1].items()),
+                  flush=True)
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
+        shutil.rmtree(worktree, ignore_errors=True)
+    figures = medians("job-runs", "available-now run", results, {"s": "s", "busy_cpu_s": "CPU-s"})
+    speedup = statistics.median(r["s"] for r in results["baseline"]) / statistics.median(
+        r["s"] for r in results["head"])
+    figures.append(Figure("job-runs", "speed-up over the baseline", "head", "x", speedup, ()))
+    return figures, {"baseline_ref": args.baseline_ref}
+
+
+# --- report ----------------------------------------------------------------------------------------------------
+
+def jvm_pid(spark: SparkSession) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+
+
+def markdown(figures: list[Figure], details: dict[str, Any]) -> str:
+    lines = ["| scenario | figure | side | median | runs |", "|---|---|---|---:|---|"]
+    for f in figures:
+        runs = ", ".join(f"{v:.2f}" for v in f.values)
+        lines.append(f"| {f.scenario} | {f.name} | {f.side} | {f.median:,.2f} {f.unit} | {runs} |")
+    tables = details.get("ceiling", {}).get("tables", {})
+    if tables:
+        lines += ["", "| table (ceiling, job side) | rows in | median s of its unit |", "|---|---:|---:|"]
+        lines += [f"| {t} | {v['rows_in']} | {v['median_s']:.2f} |" for t, v in sorted(tables.items())]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conf", default=str(ROOT / "conf/local.yaml"), help="job config (default conf/local.yaml)")
+    parser.add_argument("--scenario", action="append", choices=SCENARIOS, help="repeatable (default: all)")
+    parser.add_argument("--runs", type=int, default=3, help="measured runs per side (default 3)")
+    parser.add_argument("--small", type=int, default=10_000, help="growth: rows of the small table (10,000)")
+    parser.add_argument("--large", type=int, default=1_000_000, help="growth: rows of the large table (1,000,000)")
+    parser.add_argument("--batch", type=int, default=10_000, help="growth: keys per upsert (10,000)")
+    parser.add_argument("--baseline-ref", default="HEAD~1", help="job-runs: the git ref to compare with")
+    parser.add_argument("--out", default=str(ROOT / ".bench"), help="folder for results.json and results.md")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"tiny sizes, one run, no job-runs unless asked (CI: it must not rot): {SMOKE}")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.runs, args.small, args.large, args.batch = (SMOKE[k] for k in ("runs", "small", "large", "batch"))
+        args.scenario = args.scenario or ["ceiling", "growth"]
+    args.scenario = args.scenario or list(SCENARIOS)
+    if args.runs < 1 or args.batch < 1 or args.small < args.batch or args.large < args.small:
+        parser.error("--runs >= 1, and --batch <= --small <= --large")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = load_config(args.conf)
+    lake = f"{config.lake.silver_path.rstrip('/')}/_bench/{uuid.uuid4().hex[:8]}"
+    figures: list[Figure] = []
+    details: dict[str, Any] = {"scenarios": args.scenario, "runs": args.runs,
+                               "spark_conf": {k: v for k, v in session_conf(config.spark, None).items()
+                                              if not k.endswith("extraClassPath")}}
+    started = time.monotonic()
+    if {"ceiling", "growth"} & set(args.scenario):
+        spark = build_session("bench", config.spark, config.metastore)
+        spark.sparkContext.setLogLevel("ERROR")
+        print("Spark settings:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(details["spark_conf"].items())))
+        try:
+            if "ceiling" in args.scenario:
+                found, details["ceiling"] = ceiling(spark, config, lake, args.runs)
+                figures += found
+            if "growth" in args.scenario:
+                found, details["growth"] = growth(spark, lake, args)
+                figures += found
+                for layout, options in details["growth"]["options"].items():
+                    print(f"Hudi options, {layout}:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(options.items())))
+        finally:
+            delete_path(spark, lake)
+    if "job-runs" in args.scenario:
+        found, details["job-runs"] = job_runs(args.conf, lake, args)
+        figures += found
+    details["total_s"] = time.monotonic() - started
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(
+        {"figures": [dataclasses.asdict(f) for f in figures], "details": details}, indent=2, default=str))
+    table = markdown(figures, details)
+    (out / "results.md").write_text(table)
+    print("\n" + table + f"\n{len(figures)} figures in {details['total_s']:.0f} s; written to {out}/results.json and "
+          "results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""scripts/bench/run.py stays runnable: `--help` has no side effects, and a tiny `--smoke` run over one connector's
+topics on the real stack (lake on S3) measures every figure of its scenarios, writes its report and removes what it
+wrote. No time is asserted: the benchmark prints figures, the tests only keep it from rotting.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+
+from app.sink.lakefs import list_files
+from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
+from tests.support.cdc import debezium_connector, wait_for_records
+from tests.support.pipeline import source_schema
+
+BENCH = ROOT / "scripts" / "bench" / "run.py"
+SCHEMA = f"bs_{RUN_ID}"
+PREFIX = f"bs{RUN_ID}"
+DDL = f"""
+create schema {SCHEMA};
+create table {SCHEMA}.items (id int primary key, name text, qty int);
+create table {SCHEMA}.notes (id bigint primary key, body text, at timestamptz);
+insert into {SCHEMA}.items select i, 'item ' || i, i from generate_series(1, 40) i;
+insert into {SCHEMA}.notes select i, 'note ' || i, now() from generate_series(1, 10) i;
+"""
+CHANGES = f"""
+update {SCHEMA}.items set qty = -qty where id <= 5;
+delete from {SCHEMA}.notes where id = 3;
+"""
+
+
+def test_help_has_no_side_effects(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(BENCH), "--help", "--out", str(out)], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "B1" in done.stdout and "--smoke" in done.stdout
+    assert not out.exists()
+
+
+@pytest.mark.stack
+@pytest.mark.slow
+def test_a_smoke_run_measures_every_figure_and_cleans_up(
+    spark: SparkSession, stack: None, lake_root: str, tmp_path: Path
+) -> None:
+    raw = yaml.safe_load(LOCAL_CONF.read_text())
+    raw["kafka"]["topic_pattern"] = PREFIX + r"\.[^.]+\.[^.]+"
+    raw.pop("sources", None)
+    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId"}
+    lake = f"{lake_root}/bench"
+    raw["lake"].update({"database": f"bs_{RUN_ID}", "silver_path": f"{lake}/silver",
+                        "bronze_path": f"{lake}/bronze", "checkpoint_path": f"{lake}/checkpoint"})
+    conf = tmp_path / "bench.yaml"
+    conf.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    with source_schema(SCHEMA, DDL) as conn, debezium_connector(f"bs-{RUN_ID}", PREFIX, [SCHEMA]):
+        wait_for_records(f"{PREFIX}.{SCHEMA}.items", 40)
+        conn.execute(CHANGES)
+        # Snapshot and changes: 40 + 5 items; 10 notes, a delete and its tombstone.
+        records = len(wait_for_records(f"{PREFIX}.{SCHEMA}.items", 45)) + len(
+            wait_for_records(f"{PREFIX}.{SCHEMA}.notes", 12))
+        done = subprocess.run(
+            [sys.executable, str(BENCH), "--smoke", "--conf", str(conf), "--out", str(out)],
+            capture_output=True, text=True, check=False, timeout=1200, cwd=ROOT,
+        )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    figures = {(f["scenario"], f["name"], f["side"]): f for f in report["figures"]}
+    assert report["details"]["ceiling"]["records"] == records
+    assert set(report["details"]["ceiling"]["tables"]) == {f"{SCHEMA}_items", f"{SCHEMA}_notes"}
+    for side in ("job", "parquet"):
+        assert figures["ceiling", "batch events_per_s", side]["median"] > 0
+    assert ("ceiling", "job throughput as a share of the ceiling", "job") in figures
+    for layout in ("cow", "mor", "mor-partitioned"):
+        assert figures["growth", f"{layout} large / small", "ratio"]["median"] > 0
+        assert "hoodie.datasource.write.recordkey.field" in report["details"]["growth"]["options"][layout]
+    assert "| ceiling | job throughput as a share of the ceiling |" in (out / "results.md").read_text()
+    assert list_files(spark, f"{lake}/silver/_bench") == []
+    databases = {r[0] for r in spark.sql("show databases").collect()}
+    assert not {d for d in databases if d.startswith(("bench_job", "bench_parquet", "bench_growth"))}
