@@ -103,6 +103,7 @@ def _driver_for(jdbc_url: str) -> str:
 # scheduler pool of their own: FAIR shares the executors between the pools, where FIFO would let one table's
 # jobs queue behind another's.
 SCHEDULING_CONF = {"spark.scheduler.mode": "FAIR"}
+SAX_DRIVER = ("org.xml.sax.driver", "com.sun.org.apache.xerces.internal.parsers.SAXParser")  # the JDK's own
 
 
 def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None) -> dict[str, str]:
@@ -137,6 +138,11 @@ def build_session(app_name: str, spark: SparkConfig, metastore: MetastoreConfig 
     # gateway imports (a search of every jar each) before org.apache.spark.sql: imported by name, it is found
     # after one search (2.0 ms against 1.0 ms a call here, and a batch builds thousands of columns).
     java_import(required(session.sparkContext._jvm, "the Spark JVM gateway"), "org.apache.spark.sql.functions")
+    # The AWS SDK makes a SAX parser for every S3 listing response; unnamed, finding one searches every jar on the
+    # class path for a service entry each time. Named here, in the driver (where Hudi lists), unless set already.
+    system = jvm_class(session, "java.lang.System")
+    if system.getProperty(SAX_DRIVER[0]) is None:
+        system.setProperty(*SAX_DRIVER)
     log.info("spark %s session up (master %s)", session.version, session.sparkContext.master)
     return session
 

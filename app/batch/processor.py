@@ -58,6 +58,8 @@ class BatchProcessor:
         self.status = JobStatus()  # app/state/status.py; written after every batch when `write_status` is on
         self.write_status = False
         self.databases: set[str] = set()  # catalog databases known to exist
+        # The latest batch's phases in seconds: plan (summary aggregate, registry, decode plan), bronze, tables.
+        self.phases: dict[str, float] = {}
 
     def process(self, batch_df: DataFrame, batch_id: int) -> None:
         """foreachBatch entry point.
@@ -74,8 +76,10 @@ class BatchProcessor:
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or "none"
         raw_df = batch_df.persist()
         step = Step(batch_id)
+        self.phases = {}
         try:
             plan = self.planner.plan(raw_df)
+            self.phases["plan"] = time.monotonic() - started
             if plan.tables or plan.skipped:
                 self._write(raw_df, plan, step, query_id)
                 self._done(spark, plan, batch_id, time.monotonic() - started)
@@ -97,10 +101,14 @@ class BatchProcessor:
             log.info("batch=%s skipped topic=%s records=%d: %s", batch_id, topic, skipped.records, skipped.reason)
         self.hooks.at("decode", batch_id=batch_id, tables=names)
         step.name = "bronze"
+        started = time.monotonic()
         self._write_bronze(raw_df, plan, batch_id)
+        self.phases["bronze"] = time.monotonic() - started
         step.name = "tables"
         self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
+        started = time.monotonic()
         self._write_tables(raw_df.sparkSession, plan, step, query_id)
+        self.phases["tables"] = time.monotonic() - started
         step.table, step.name = None, "status"
         self.hooks.at("tables_committed", batch_id=batch_id, committed=names)
 
@@ -151,7 +159,8 @@ class BatchProcessor:
         stats = [p.stats for p in plan.tables]
         self.last_stats = {s.table: s for s in stats}
         self.history.append(self.last_stats)
-        log.info("batch=%s done tables=%d duration_s=%.2f", batch_id, len(stats), duration_s)
+        phases = " ".join(f"{name}_s={seconds:.2f}" for name, seconds in self.phases.items())
+        log.info("batch=%s done tables=%d duration_s=%.2f %s", batch_id, len(stats), duration_s, phases)
         skipped = {topic: (s.reason, s.records) for topic, s in plan.skipped.items()}
         self.status.record_batch(batch_id, stats, skipped, duration_s)
         self._save_status(spark)

@@ -6,7 +6,8 @@
     count          the latest event per key judged and counted (one aggregate over the persisted events); a row
                    to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first
     ledger write   deletes and re-inserts recorded in the ledger, before the table (app/sink/ledger.py)
-    upsert         the Hudi write, its commit carrying the batch's offsets and highest position (app/sink/commit.py)
+    upsert         the Hudi write, its commit carrying the batch's offsets and highest position (app/sink/commit.py),
+                   then Hudi's meta sync when the catalog can be behind (app/sink/metasync.py)
 
 Shares nothing with other tables' units (its plan and stats are its own), so a batch's tables may be written
 from several threads at once (tests/e2e/test_exactly_once.py).
@@ -42,8 +43,9 @@ from app.errors import EnvelopeError, SinkWriteError, java_root_cause, required
 from app.hooks import Hooks
 from app.routing.route import check_owner
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed
-from app.sink.hudi import LEDGER_OPTIONS, HudiTarget, table_exists, write_silver
+from app.sink.hudi import LEDGER_OPTIONS, HudiTarget, sized_options, table_exists, write_silver
 from app.sink.ledger import ledger_changes, read_ledger
+from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
 from app.wire.decode import decode_error_from
 
@@ -70,6 +72,7 @@ class TableWriter:
     def __init__(self, config: JobConfig, hooks: Hooks) -> None:
         self.config = config
         self.hooks = hooks
+        self.meta_sync = MetaSync(every_commit=config.lake.meta_sync == "every_commit")
 
     def write(self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None) -> None:
         """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit.
@@ -122,8 +125,12 @@ class TableWriter:
             step.name = "upsert"
             max_position = _max_position(counts, plan.topics_per_source())
             extra = commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity)
-            options = {**self.hooks.write_options(target.path), **extra}
-            write_silver(self._rows(plan, target, judged_df), target, step.batch_id, query_id, options)
+            rows_df = self._rows(plan, target, judged_df)
+            sync = self.meta_sync.write_options(target, rows_df)
+            sized = sized_options(target, counts["upserts"] + counts["deletes"])
+            options = {**sized, **self.hooks.write_options(target.path), **extra, **sync}
+            write_silver(rows_df, target, step.batch_id, query_id, options)
+            self.meta_sync.written(target, rows_df, options)
         finally:
             judged_df.unpersist()
 
@@ -147,6 +154,8 @@ class TableWriter:
                 "batch=%s table=%s already committed at %s (offsets %s): skipped",
                 batch_id, target.qualified_name, committed.instant, batch_offsets,
             )
+            # Its sync may never have run (a crash right after the commit): app/sink/metasync.py.
+            self.meta_sync.ensure(required(plan.events_df, "the events").sparkSession, target)
             return None
         if not committed.overlaps(batch_offsets):
             return plan, batch_offsets

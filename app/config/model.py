@@ -171,6 +171,9 @@ class LakeConfig:
     # table without a partition column needs none (its one folder is listed, its keys found by the simple index),
     # and its commits cost about 40% less CPU without one (docs/performance.md).
     metadata_table: Literal["partitioned", "all"] = "partitioned"
+    # When Hudi's meta sync runs after a commit: `on_change` (a table's first write in the run, new columns, every
+    # commit of a partitioned table; app/sink/metasync.py) or `every_commit`.
+    meta_sync: Literal["on_change", "every_commit"] = "on_change"
 
     def table_path(self, table: str, database: str | None = None) -> str:
         """Where a Silver table lives: <silver_path>/<database>/<table> (lake.database unless given)."""

@@ -141,6 +141,7 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
     registry = RegistryClient.from_config(config.registry)
     pid = jvm_pid(spark)
     per_table: dict[str, list[tuple[int, float]]] = {}
+    phases: dict[str, list[float]] = {}  # the job's batch: plan, bronze, tables (app/batch/processor.py)
 
     def lake_config(side: str, n: int) -> JobConfig:
         root = f"{lake}/ceiling/{side}{n + 1}"
@@ -157,6 +158,8 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
         figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(pid) - cpu}
         for table, stats in processor.last_stats.items() if n >= 0 else ():
             per_table.setdefault(table.split(".", 1)[1], []).append((stats.rows_in, stats.duration_s))
+        for phase, seconds in processor.phases.items() if n >= 0 else ():
+            phases.setdefault(phase, []).append(seconds)
         return {**figures, "events_per_s": records / figures["s"]}
 
     def parquet(n: int) -> dict[str, float]:
@@ -182,7 +185,8 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
         r["events_per_s"] for r in results["parquet"])
     figures.append(Figure("ceiling", "job throughput as a share of the ceiling", "job", "%", share, ()))
     tables = {t: {"rows_in": v[-1][0], "median_s": statistics.median(d for _, d in v)} for t, v in per_table.items()}
-    return figures, {"records": records, "tables": tables}
+    return figures, {"records": records, "tables": tables,
+                     "phases": {phase: statistics.median(v) for phase, v in phases.items()}}
 
 
 def write_parquet_tables(plan: BatchPlan, config: JobConfig) -> None:
@@ -339,6 +343,10 @@ def markdown(figures: list[Figure], details: dict[str, Any]) -> str:
     for f in figures:
         runs = ", ".join(f"{v:.2f}" for v in f.values)
         lines.append(f"| {f.scenario} | {f.name} | {f.side} | {f.median:,.2f} {f.unit} | {runs} |")
+    phases = details.get("ceiling", {}).get("phases", {})
+    if phases:
+        lines += ["", "| the job's batch (ceiling) | median s |", "|---|---:|"]
+        lines += [f"| {phase} | {seconds:.2f} |" for phase, seconds in phases.items()]
     tables = details.get("ceiling", {}).get("tables", {})
     if tables:
         lines += ["", "| table (ceiling, job side) | rows in | median s of its unit |", "|---|---:|---:|"]

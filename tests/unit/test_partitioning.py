@@ -18,7 +18,7 @@ from pyspark.sql.types import (
 
 from app.config import PartitionSpec
 from app.errors import EnvelopeError
-from app.sink.hudi import HudiTarget, write_options
+from app.sink.hudi import HudiTarget, sized_options, write_options
 from app.sink.partitioning import with_partition_field
 
 ROWS = StructType([
@@ -121,7 +121,10 @@ def test_a_non_partitioned_copy_on_write_table() -> None:
     assert options["hoodie.datasource.write.keygenerator.class"].endswith("NonpartitionedKeyGenerator")
     assert options["hoodie.datasource.hive_sync.partition_extractor_class"].endswith("NonPartitionedExtractor")
     assert "hoodie.index.type" not in options
+    assert options["hoodie.metadata.enable"] == "false"  # lake.metadata_table: partitioned (the default)
+    assert write_options(_target(metadata_table=True), 7, "q")["hoodie.metadata.enable"] == "true"
     assert "hoodie.compact.inline" not in options
+    assert sized_options(_target(), 10**6) == {}
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
 
 
@@ -136,6 +139,12 @@ def test_a_partitioned_table_uses_the_global_record_index(keys: tuple[str, ...],
     assert options["hoodie.record.index.update.partition.path"] == "true"
     assert options["hoodie.datasource.hive_sync.partition_fields"] == "placed_at_day"
     assert options["hoodie.datasource.hive_sync.partition_extractor_class"].endswith("MultiPartKeysValueExtractor")
+
+
+@pytest.mark.parametrize(("rows", "tasks"), [(0, "2"), (40, "2"), (50_001, "3"), (10**6, "40"), (10**8, "60")])
+def test_a_partitioned_tables_index_reconciles_in_tasks_sized_to_the_batch(rows: int, tasks: str) -> None:
+    options = sized_options(_target(partition=PartitionSpec("placed_at", "day")), rows)
+    assert options == {"hoodie.global.index.reconcile.parallelism": tasks}
 
 
 def test_a_merge_on_read_table_compacts_inline_and_cleans() -> None:
