@@ -3,9 +3,9 @@
 
 Scenarios (`--scenario`, repeatable; default all):
   ceiling   B1: the same Kafka records through the job's batch function (plan, Bronze, every Silver table written
-            by Hudi) and through the same plan with the Silver write swapped for plain Parquet (the latest row per
-            key, the same Bronze write, as many writer threads as lake.table_writers); throughput of each and ours
-            as a share of the ceiling. Per table: rows
+            by Hudi) and through the same plan with the Silver write swapped for plain Parquet (the rows the upsert
+            would receive: the latest event per key; the same Bronze write; as many writer threads as
+            lake.table_writers); throughput of each and ours as a share of the ceiling. Per table: rows
             and the time of its unit (app/batch/writer.py).
   growth    B5: one upsert batch (`--batch` keys spread evenly over all keys) into a table of `--small` rows and
             into one of `--large` rows, per layout (Copy-on-Write and Merge-on-Read with the job's index for a
@@ -57,6 +57,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from app.batch.plan import BatchPlan  # noqa: E402
 from app.batch.processor import BatchProcessor  # noqa: E402
 from app.config import JobConfig, PartitionSpec, load_config  # noqa: E402
+from app.errors import required  # noqa: E402
 from app.sink.bronze import write_bronze  # noqa: E402
 from app.sink.hudi import HudiTarget, write_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
@@ -165,9 +166,10 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
     def parquet(n: int) -> dict[str, float]:
         run_config = lake_config("parquet", n)
         wall, cpu = time.monotonic(), cpu_s(pid)
-        plan = BatchProcessor(run_config, registry).planner.plan(raw_df)
+        processor = BatchProcessor(run_config, registry)
+        plan = processor.planner.plan(raw_df)
         write_bronze(raw_df, run_config.lake.bronze_path, plan.offsets)
-        write_parquet_tables(plan, run_config)
+        write_parquet_tables(plan, processor)
         figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(pid) - cpu}
         return {**figures, "events_per_s": records / figures["s"]}
 
@@ -189,10 +191,12 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
                      "phases": {phase: statistics.median(v) for phase, v in phases.items()}}
 
 
-def write_parquet_tables(plan: BatchPlan, config: JobConfig) -> None:
-    """Each table's latest row per key as plain Parquet where the job would put the Hudi table, from as many
-    writer threads as the job's (lake.table_writers), each taking the next table."""
-    waiting = [p for p in plan.tables if p.events_df is not None and p.record_key is not None]
+def write_parquet_tables(plan: BatchPlan, processor: BatchProcessor) -> None:
+    """Each table's rows as the job's upsert receives them (the latest event per key, app/batch/writer.py) as plain
+    Parquet where the job would put the Hudi table, from as many writer threads as the job's
+    (lake.table_writers), each taking the next table."""
+    config = processor.config
+    waiting = [p for p in plan.tables if p.events_df is not None and p.target is not None]
 
     def write_tables() -> None:
         while True:
@@ -200,8 +204,9 @@ def write_parquet_tables(plan: BatchPlan, config: JobConfig) -> None:
                 table_plan = waiting.pop()
             except IndexError:
                 return
-            path = config.lake.table_path(table_plan.route.table, table_plan.route.database)
-            table_plan.latest_df().write.mode("overwrite").parquet(path)
+            target = required(table_plan.target, "a table with a key")
+            judged_df = table_plan.judged_df()
+            processor.writer._rows(table_plan, target, judged_df).write.mode("overwrite").parquet(target.path)
 
     threads = [InheritableThread(target=write_tables) for _ in range(config.lake.table_writers)]
     for thread in threads:
