@@ -60,6 +60,19 @@ class Step:
     batch_id: int
     table: str | None = None
     name: str = "plan"
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def enter(self, name: str, timings: dict[str, float]) -> None:
+        """The next step begins: the time since the last one began goes to `timings` under its name."""
+        self.close(timings)
+        self.name = name
+
+    def close(self, timings: dict[str, float]) -> None:
+        """The step ends: its time goes to `timings` (a step without a name is not timed)."""
+        now = time.monotonic()
+        if self.name:
+            timings[self.name] = timings.get(self.name, 0.0) + now - self.started
+        self.started = now
 
     def __str__(self) -> str:
         table = f", table {self.table}" if self.table else ""
@@ -82,10 +95,11 @@ class TableWriter:
             SinkWriteError: the Hudi write failed.
         """
         step = step or Step(batch_id, plan.route.qualified_name)
-        started = time.monotonic()
+        started = step.started = time.monotonic()
+        step.name = ""
         try:
             if plan.events_df is not None and plan.target is None:
-                step.name = "keyless check"
+                step.enter("keyless check", plan.stats.steps_s)
                 self._check_keyless(plan)
             elif plan.events_df is not None and plan.target is not None:
                 self._write_events(plan, plan.target, step, query_id)
@@ -96,12 +110,13 @@ class TableWriter:
             raise SinkWriteError(
                 f"batch {batch_id}: Hudi write of {plan.route.qualified_name} failed: {java_root_cause(e)}"
             ) from e
+        step.close(plan.stats.steps_s)
         plan.stats.duration_s = time.monotonic() - started
         log.info("%s", plan.stats.log_line(batch_id))
 
     def _write_events(self, plan: TablePlan, target: HudiTarget, step: Step, query_id: str) -> None:
         """The steps of the module docstring, for a table with a record key."""
-        step.name = "commit check"
+        step.enter("commit check", plan.stats.steps_s)
         committed = last_committed(required(plan.events_df, "the events").sparkSession, target.path)
         unapplied = self._unapplied(plan, target, committed, step.batch_id)
         if unapplied is None:
@@ -109,20 +124,20 @@ class TableWriter:
         plan, batch_offsets = unapplied
         events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
         spark = events_df.sparkSession
-        step.name = "ledger read"
+        step.enter("ledger read", plan.stats.steps_s)
         ledger_df = read_ledger(spark, target.ledger.path, target.record_key) if target.delete_mode == "hard" else None
         # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
         judged_df = plan.judged_df(ledger_df).persist()
         try:
-            step.name = "count"
+            step.enter("count", plan.stats.steps_s)
             judged_df, counts = self._judge(plan, target, judged_df)
-            step.name = "ledger write"
+            step.enter("ledger write", plan.stats.steps_s)
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/sink/ledger.py).
             if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
                 ledger_df = ledger_changes(judged_df, target.record_key)
                 options = {**self.hooks.write_options(target.ledger.path), **LEDGER_OPTIONS}
                 write_silver(ledger_df, target.ledger, step.batch_id, query_id, options)
-            step.name = "upsert"
+            step.enter("upsert", plan.stats.steps_s)
             max_position = _max_position(counts, plan.topics_per_source())
             extra = commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity)
             rows_df = self._rows(plan, target, judged_df)

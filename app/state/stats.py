@@ -22,6 +22,7 @@ class TableBatchStats:
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
     topics: list[str] = field(default_factory=list)  # set when the table is not just its topic's own
+    steps_s: dict[str, float] = field(default_factory=dict)  # seconds in each step of its unit (app/batch/writer.py)
 
     def log_line(self, batch_id: int) -> str:
         fed_by = f"topics={','.join(self.topics)} " if self.topics else ""
@@ -30,4 +31,6 @@ class TableBatchStats:
             f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
             f"blocked={self.blocked} unresolved={self.unresolved} replayed={self.replayed} "
             f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
+            + (" steps=" + ",".join(f"{name.replace(' ', '_')}:{s:.2f}" for name, s in self.steps_s.items())
+               if self.steps_s else "")
         )

@@ -7,6 +7,11 @@ Scenarios (`--scenario`, repeatable; default all):
             would receive: the latest event per key; the same Bronze write; as many writer threads as
             lake.table_writers); throughput of each and ours as a share of the ceiling. Per table: rows
             and the time of its unit (app/batch/writer.py).
+  freshness B3: a steady PostgreSQL workload (`--rate` transactions a second for `--duration` seconds, inserts,
+            updates, deletes, some transactions spanning two tables) on 3 and on 7 tables (`--tables`), the job
+            running on its own with a 1-second trigger; per transaction the time from its commit to the completion
+            of the Hudi commit holding it: p50, p95, max (scripts/bench/freshness.py). Invalid below 95% of the
+            rate; fails when a transaction is missing 60 s after the workload or a table differs from the source.
   growth    B5: one upsert batch (`--batch` keys spread evenly over all keys) into a table of `--small` rows and
             into one of `--large` rows, per layout (Copy-on-Write and Merge-on-Read with the job's index for a
             non-partitioned table, Merge-on-Read partitioned with the record-level index); the tables are loaded
@@ -15,15 +20,16 @@ Scenarios (`--scenario`, repeatable; default all):
             against the code at `--baseline-ref` (a git worktree, the same config keys it knows), each its own
             process; wall time and the machine's busy CPU.
 
-Every figure is the median of `--runs` runs, the compared sides alternating (A B B A A B ...), after one
-warm-up run of each side in the same session (job-runs: processes of their own, no warm-up). Prints the
-effective Hudi options of each layout and the Spark settings, then the results; writes results.json and
-results.md to `--out`. Needs the local stack (scripts/stack.sh up) and, for ceiling and job-runs, records on the
-topics (scripts/demo.sh puts the demo's there). The lake is conf/local.yaml's (S3 by default); what a run writes
-is removed at the end.
+Every compared figure is the median of `--runs` runs, the sides alternating (A B B A A B ...), after one warm-up
+run of each side in the same session (job-runs: processes of their own, no warm-up; freshness: one run per table
+count, no baseline yet). Prints the effective Hudi options of each layout and the Spark settings, then the results;
+writes results.json, results.md and, with matplotlib (`pip install -e '.[bench]'`), freshness.png and batches.png
+to `--out`. Needs the local stack (scripts/stack.sh up) and, for ceiling and job-runs, records on the topics
+(scripts/demo.sh puts the demo's there). The lake is conf/local.yaml's (S3 by default); what a run writes is
+removed at the end.
 
 Not here yet (docs/performance.md says what is measured and what is not): B2 (one writeStream.format("hudi") query
-per table), B3 (freshness under a steady PostgreSQL workload, and the soak) and B4 (a 500,000-event backlog).
+per table), B3's 30-minute soak and B4 (a 500,000-event backlog).
 
 Usage: .venv/bin/python scripts/bench/run.py [--scenario ceiling --scenario growth] [--runs 3] [--smoke]
 """
@@ -64,9 +70,10 @@ from app.sink.lakefs import delete_path  # noqa: E402
 from app.spark import build_session, session_conf  # noqa: E402
 from app.wire.registry import RegistryClient  # noqa: E402
 from app.wire.source import subscribe_pattern  # noqa: E402
+from scripts.bench.freshness import Workload, freshness  # noqa: E402
 
-SCENARIOS = ("ceiling", "growth", "job-runs")
-SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100}
+SCENARIOS = ("ceiling", "freshness", "growth", "job-runs")
+SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "tables": [3]}
 log = logging.getLogger("bench")
 
 
@@ -135,7 +142,9 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
         .option("startingOffsets", "earliest").option("endingOffsets", "latest")
         .option("includeHeaders", "true")
         .load()
-    ).persist()
+    )
+    # Each side reads the records from Kafka once per run, as a micro-batch does (the job's batch function persists
+    # its input and releases it at the end).
     records = raw_df.count()
     if not records:
         sys.exit(f"ceiling: no records on topics matching {config.kafka.topic_pattern!r} (run scripts/demo.sh first)")
@@ -167,9 +176,13 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
         run_config = lake_config("parquet", n)
         wall, cpu = time.monotonic(), cpu_s(pid)
         processor = BatchProcessor(run_config, registry)
-        plan = processor.planner.plan(raw_df)
-        write_bronze(raw_df, run_config.lake.bronze_path, plan.offsets)
-        write_parquet_tables(plan, processor)
+        batch_df = raw_df.persist()  # as the batch function does: one read of the records for every step
+        try:
+            plan = processor.planner.plan(batch_df)
+            write_bronze(batch_df, run_config.lake.bronze_path, plan.offsets)
+            write_parquet_tables(plan, processor)
+        finally:
+            batch_df.unpersist()
         figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(pid) - cpu}
         return {**figures, "events_per_s": records / figures["s"]}
 
@@ -178,7 +191,6 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
     try:
         results = timed({"job": job, "parquet": parquet}, runs)
     finally:
-        raw_df.unpersist()
         for n in range(-1, runs * 2):
             for side in ("job", "parquet"):
                 spark.sql(f"drop database if exists {lake_config(side, n).lake.database} cascade")
@@ -206,13 +218,36 @@ def write_parquet_tables(plan: BatchPlan, processor: BatchProcessor) -> None:
                 return
             target = required(table_plan.target, "a table with a key")
             judged_df = table_plan.judged_df()
-            processor.writer._rows(table_plan, target, judged_df).write.mode("overwrite").parquet(target.path)
+            # Committed by task renames straight into the folder (v2), not a second round of renames at job end.
+            processor.writer._rows(table_plan, target, judged_df).write.option(
+                "mapreduce.fileoutputcommitter.algorithm.version", "2").parquet(target.path)
 
     threads = [InheritableThread(target=write_tables) for _ in range(config.lake.table_writers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+# --- B3: freshness --------------------------------------------------------------------------------------------
+
+def freshness_runs(spark: SparkSession, config_file: str, lake: str, args: argparse.Namespace
+                   ) -> tuple[list[Figure], dict[str, Any]]:
+    """One workload run per table count (scripts/bench/freshness.py)."""
+    figures: list[Figure] = []
+    runs: dict[str, Any] = {}
+    for tables in args.tables:
+        print(f"\nB3 freshness: {args.rate:g} transactions/s for {args.duration:g} s on {tables} tables", flush=True)
+        result = freshness(spark, config_file, lake, Workload(tables, args.rate, args.duration))
+        runs[str(tables)] = result
+        print("  " + "  ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in result.items() if k not in ("series", "batches")), flush=True)
+        for key in ("p50_s", "p95_s", "max_s"):
+            figures.append(Figure("freshness", f"{tables} tables {key.removesuffix('_s')}",
+                                  "valid" if result["valid"] else "INVALID (rate)", "s", result[key], ()))
+        figures.append(Figure("freshness", f"{tables} tables achieved rate", "workload", "tx/s",
+                              result["achieved_rate"], ()))
+    return figures, runs
 
 
 # --- B5: growth ------------------------------------------------------------------------------------------------
@@ -359,6 +394,38 @@ def markdown(figures: list[Figure], details: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plots(details: dict[str, Any], out: Path) -> list[str]:
+    """freshness.png (each transaction's freshness over the workload) and batches.png (the job's batch durations
+    against their sizes, from the freshness runs' job logs); none without matplotlib (`pip install .[bench]`)."""
+    try:
+        import matplotlib  # noqa: PLC0415 - optional: the bench extra
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        print("no plots: matplotlib is not installed (pip install -e '.[bench]')")
+        return []
+    runs = details.get("freshness", {})
+    if not runs:
+        return []
+    figure, axes = plt.subplots(figsize=(9, 4))
+    for tables, run in runs.items():
+        axes.plot([t for t, _ in run["series"]], [lag for _, lag in run["series"]], ".", markersize=2,
+                  label=f"{tables} tables, p95 {run['p95_s']:.1f} s")
+    axes.set(xlabel="seconds into the workload", ylabel="freshness (s)", title="PostgreSQL commit to Hudi commit")
+    axes.legend()
+    figure.savefig(out / "freshness.png", dpi=110, bbox_inches="tight")
+    figure, axes = plt.subplots(figsize=(9, 4))
+    for tables, run in runs.items():
+        batches = run.get("batches", [])
+        axes.plot([n for n, _ in batches], [s for _, s in batches], "o", markersize=3,
+                  label=f"{tables} tables")
+    axes.set(xlabel="events in the batch", ylabel="batch duration (s)", title="The job's batches")
+    axes.legend()
+    figure.savefig(out / "batches.png", dpi=110, bbox_inches="tight")
+    plt.close("all")
+    return ["freshness.png", "batches.png"]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", default=str(ROOT / "conf/local.yaml"), help="job config (default conf/local.yaml)")
@@ -367,6 +434,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--small", type=int, default=10_000, help="growth: rows of the small table (10,000)")
     parser.add_argument("--large", type=int, default=1_000_000, help="growth: rows of the large table (1,000,000)")
     parser.add_argument("--batch", type=int, default=10_000, help="growth: keys per upsert (10,000)")
+    parser.add_argument("--rate", type=float, default=100.0, help="freshness: transactions a second (100)")
+    parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
+    parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")
     parser.add_argument("--baseline-ref", default="HEAD~1", help="job-runs: the git ref to compare with")
     parser.add_argument("--out", default=str(ROOT / ".bench"), help="folder for results.json and results.md")
     parser.add_argument("--smoke", action="store_true",
@@ -374,8 +444,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs, args.small, args.large, args.batch = (SMOKE[k] for k in ("runs", "small", "large", "batch"))
-        args.scenario = args.scenario or ["ceiling", "growth"]
+        args.rate, args.duration, args.tables = SMOKE["rate"], SMOKE["duration"], SMOKE["tables"]
+        args.scenario = args.scenario or ["ceiling", "freshness", "growth"]
     args.scenario = args.scenario or list(SCENARIOS)
+    args.tables = args.tables or [3, 7]
     if args.runs < 1 or args.batch < 1 or args.small < args.batch or args.large < args.small:
         parser.error("--runs >= 1, and --batch <= --small <= --large")
     return args
@@ -391,13 +463,16 @@ def main(argv: list[str] | None = None) -> int:
                                "spark_conf": {k: v for k, v in session_conf(config.spark, None).items()
                                               if not k.endswith("extraClassPath")}}
     started = time.monotonic()
-    if {"ceiling", "growth"} & set(args.scenario):
+    if {"ceiling", "freshness", "growth"} & set(args.scenario):
         spark = build_session("bench", config.spark, config.metastore)
         spark.sparkContext.setLogLevel("ERROR")
         print("Spark settings:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(details["spark_conf"].items())))
         try:
             if "ceiling" in args.scenario:
                 found, details["ceiling"] = ceiling(spark, config, lake, args.runs)
+                figures += found
+            if "freshness" in args.scenario:
+                found, details["freshness"] = freshness_runs(spark, args.conf, lake, args)
                 figures += found
             if "growth" in args.scenario:
                 found, details["growth"] = growth(spark, lake, args)
@@ -414,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
         {"figures": [dataclasses.asdict(f) for f in figures], "details": details}, indent=2, default=str))
-    table = markdown(figures, details)
+    plotted = plots(details, out)
+    table = markdown(figures, details) + "".join(f"\n![{name}]({name})\n" for name in plotted)
     (out / "results.md").write_text(table)
     print("\n" + table + f"\n{len(figures)} figures in {details['total_s']:.0f} s; written to {out}/results.json and "
           "results.md")

@@ -1,6 +1,7 @@
 """scripts/bench/run.py stays runnable: `--help` has no side effects, and a tiny `--smoke` run over one connector's
-topics on the real stack (lake on S3) measures every figure of its scenarios, writes its report and removes what it
-wrote. No time is asserted: the benchmark prints figures, the tests only keep it from rotting.
+topics on the real stack (lake on S3) measures every figure of its scenarios (the freshness scenario with a
+connector and a job process of its own), writes its report and removes what it wrote. No time is asserted: the
+benchmark prints figures, the tests only keep it from rotting.
 """
 from __future__ import annotations
 
@@ -76,6 +77,9 @@ def test_a_smoke_run_measures_every_figure_and_cleans_up(
     for side in ("job", "parquet"):
         assert figures["ceiling", "batch events_per_s", side]["median"] > 0
     assert ("ceiling", "job throughput as a share of the ceiling", "job") in figures
+    fresh = report["details"]["freshness"]["3"]
+    assert fresh["transactions"] == 100 and len(fresh["series"]) == 100  # --smoke: 10 tx/s for 10 s
+    assert 0 < fresh["p50_s"] <= fresh["p95_s"] <= fresh["max_s"]
     for layout in ("cow", "mor", "mor-partitioned"):
         assert figures["growth", f"{layout} large / small", "ratio"]["median"] > 0
         assert "hoodie.datasource.write.recordkey.field" in report["details"]["growth"]["options"][layout]

@@ -116,6 +116,11 @@ def test_snapshot(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
     offsets = kafka_offsets({"items": 20, "notes": 5})
     pipeline.run()
     assert_lake_equals_source(pipeline, pg_conn, offsets)
+    # Each table's unit times its steps (the per-table log line's `steps=`), the batch its phases.
+    for stats in pipeline.processor.last_stats.values():
+        assert {"commit check", "ledger read", "count", "upsert"} <= set(stats.steps_s), stats.steps_s
+        assert "steps=commit_check:" in stats.log_line(0)
+    assert set(pipeline.processor.phases) == {"plan", "bronze", "tables"}
 
 
 def test_a_batch_spark_replays_is_skipped_by_every_table_and_by_bronze(

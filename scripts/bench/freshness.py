@@ -1,0 +1,258 @@
+"""B3 of scripts/bench/run.py: how long after its PostgreSQL commit a transaction is in Silver, under a steady load.
+
+A schema of `tables` tables gets its own Debezium connector (envelopes, the tests' framing) and its own job
+process (`app/main.py`, the given config with a 1-second trigger, the lake under the bench's folder). Once the job
+has created every table, a workload thread runs `rate` transactions a second for `duration` seconds: each inserts a
+new row into one table, or into two (a transaction spanning tables), and most also update or delete an earlier row.
+A transaction's commit time is the moment its COMMIT returns to the workload (the same clock as the job's; at
+most a round trip after PostgreSQL's commit). A watcher lists every table's timeline each half second, so the
+completion time of each Hudi commit is known even after archival moves it; an inserted row's
+`_hoodie_commit_time` is the begin time of the commit that first held it (a row the workload never touches again
+keeps it). Freshness of a transaction = the latest completion among the commits holding its rows - its commit.
+
+The run is invalid below 95% of the asked rate, and fails when a transaction is not in Silver 60 s after the
+workload ends, or when a table then differs from PostgreSQL.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import psycopg
+import yaml
+from pyspark.sql import SparkSession
+
+from app.sink.lakefs import delete_path, list_files
+from devkit.connect import ConnectClient, PostgresSource, postgres_connector_config
+
+log = logging.getLogger("bench.freshness")
+ROOT = Path(__file__).resolve().parents[2]
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres password={password} dbname=source"
+CONNECT_URL = "http://127.0.0.1:8083"
+SEED_ROWS = 2000
+SETTLE_S = 60.0
+
+
+@dataclasses.dataclass
+class Transaction:
+    committed: float  # epoch seconds, as the workload saw its COMMIT return
+    rows: list[tuple[int, int]]  # (table number, inserted id)
+
+
+class TimelineWatcher(threading.Thread):
+    """Lists each table's timeline every half second: {table path: {begin instant: completion epoch seconds}}."""
+
+    def __init__(self, spark: SparkSession, paths: list[str], zone: ZoneInfo) -> None:
+        super().__init__(daemon=True, name="timeline-watcher")
+        self.spark, self.paths, self.zone = spark, paths, zone
+        self.completed: dict[str, dict[str, float]] = {p: {} for p in paths}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.poll()
+            self.stop.wait(0.5)
+
+    def poll(self) -> None:
+        for path in self.paths:
+            for name in list_files(self.spark, f"{path}/.hoodie/timeline"):
+                match = re.fullmatch(r"(\d{17})_(\d{17})\.(commit|deltacommit)", name)
+                if match:
+                    self.completed[path].setdefault(match[1], self.epoch(match[2]))
+
+    def epoch(self, instant: str) -> float:
+        return datetime.strptime(instant, "%Y%m%d%H%M%S%f").replace(tzinfo=self.zone).timestamp()
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    tables: int
+    rate: float  # transactions a second
+    duration: float  # seconds
+
+
+def freshness(spark: SparkSession, config_file: str, lake: str, workload: Workload) -> dict[str, Any]:
+    """One B3 run (module docstring): its figures and whether it is valid."""
+    return FreshnessRun(spark, config_file, lake, workload).run()
+
+
+class FreshnessRun:
+    def __init__(self, spark: SparkSession, config_file: str, lake: str, workload: Workload) -> None:
+        self.spark, self.workload = spark, workload
+        run = f"{uuid.uuid4().hex[:6]}{workload.tables}"
+        self.schema, self.prefix, self.name = f"bf_{run}", f"bf{run}", f"bench-fresh-{run}"
+        self.password = os.environ.get("PGPASSWORD", "postgres")
+        self.dsn = PG_DSN.format(password=self.password)
+        self.zone = os.environ.get("TZ") or "UTC"
+        self.root, self.database = f"{lake}/freshness/{run}", f"bench_fresh_{run}"
+        raw = yaml.safe_load(Path(config_file).read_text())
+        raw["kafka"].update({"topic_pattern": re.escape(self.prefix) + r"\.[^.]+\.[^.]+",
+                             "max_offsets_per_trigger": None})
+        raw.pop("sources", None)
+        raw.pop("tables", None)
+        raw["source"] = {"topic_prefix": self.prefix, "framing": "id4", "id_type": "contentId"}
+        raw["lake"].update({"database": self.database, "silver_path": f"{self.root}/silver",
+                            "bronze_path": f"{self.root}/bronze", "checkpoint_path": f"{self.root}/checkpoint"})
+        raw["trigger"] = {"processing_time": "1 second"}
+        self.job_config = raw
+        self.paths = [f"{self.root}/silver/{self.database}/{self.schema}_t{n}" for n in range(workload.tables)]
+        self.watcher = TimelineWatcher(spark, self.paths, ZoneInfo(self.zone))
+        self.job: subprocess.Popen[bytes] | None = None
+        self.log_file = Path(tempfile.mkstemp(suffix=".log", prefix="bench-fresh-job-")[1])
+
+    def run(self) -> dict[str, Any]:
+        connect = ConnectClient(CONNECT_URL)
+        config = postgres_connector_config(
+            self.name, PostgresSource("127.0.0.1", 5432, "postgres", self.password, "source"), self.prefix,
+            [self.schema], self.job_config["registry"]["url"],
+        )
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            try:
+                conn.execute(f"create schema {self.schema}")
+                for n in range(self.workload.tables):
+                    conn.execute(f"create table {self.schema}.t{n} (id bigint primary key, tx bigint, v text, qty int)")
+                    conn.execute(f"insert into {self.schema}.t{n} select i, 0, 'seed ' || i, i "
+                                 f"from generate_series(1, {SEED_ROWS}) i")
+                connect.create_fresh(self.name, config)
+                connect.wait_running(self.name)
+                conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
+                conf.write_text(yaml.safe_dump(self.job_config))
+                self.job = subprocess.Popen(
+                    [sys.executable, "app/main.py", "--conf", str(conf)], cwd=ROOT,
+                    env={**os.environ, "TZ": self.zone}, stdout=self.log_file.open("wb"), stderr=subprocess.STDOUT,
+                )
+                self.watcher.start()
+                self._wait(lambda: all(self.watcher.completed[p] for p in self.paths), 300,
+                           "the job's first commit of every table")
+                transactions, elapsed = self._workload()
+                return self._measure(conn, transactions, elapsed)
+            finally:
+                self.watcher.stop.set()
+                if self.job is not None:
+                    self.job.terminate()
+                    try:
+                        self.job.wait(30)
+                    except subprocess.TimeoutExpired:
+                        self.job.kill()
+                connect.delete_connector(self.name, reset_offsets=True)
+                _drop_slot(conn, config["slot.name"])
+                conn.execute(f"drop publication if exists {config['publication.name']}")
+                conn.execute(f"drop schema if exists {self.schema} cascade")
+                self.spark.sql(f"drop database if exists {self.database} cascade")
+                delete_path(self.spark, self.root)
+
+    def _workload(self) -> tuple[list[Transaction], float]:
+        """`rate` transactions a second for `duration` seconds, each committed on schedule (late ones at once)."""
+        rng = random.Random(7)
+        transactions: list[Transaction] = []
+        deleted: set[tuple[int, int]] = set()
+        tables, rate, schema = self.workload.tables, self.workload.rate, self.schema
+        with psycopg.connect(self.dsn) as conn:
+            started = time.monotonic()
+            for k in range(int(rate * self.workload.duration)):
+                delay = started + k / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                chosen = rng.sample(range(tables), 2 if tables > 1 and rng.random() < 0.2 else 1)
+                rows = []
+                for n in chosen:
+                    new_id = 10_000_000 + k * 10 + n
+                    conn.execute(f"insert into {schema}.t{n} values (%s, %s, %s, %s)", (new_id, k, f"tx {k}", k))
+                    rows.append((n, new_id))
+                    roll, seed = rng.random(), (n, rng.randint(1, SEED_ROWS))
+                    if roll < 0.5 and seed not in deleted:
+                        conn.execute(f"update {schema}.t{n} set qty = qty + 1, tx = %s where id = %s", (k, seed[1]))
+                    elif roll < 0.55 and seed not in deleted:
+                        conn.execute(f"delete from {schema}.t{n} where id = %s", (seed[1],))
+                        deleted.add(seed)
+                conn.commit()
+                transactions.append(Transaction(time.time(), rows))
+            elapsed = time.monotonic() - started
+        return transactions, elapsed
+
+    def _measure(self, conn: psycopg.Connection, transactions: list[Transaction], elapsed: float) -> dict[str, Any]:
+        tables, paths, spark, watcher = self.workload.tables, self.paths, self.spark, self.watcher
+        expected = {n: {row_id for t in transactions for m, row_id in t.rows if m == n} for n in range(tables)}
+        held: dict[int, dict[int, str]] = {}
+
+        def all_held() -> bool:
+            for n, path in enumerate(paths):
+                df = spark.read.format("hudi").load(path).filter("id >= 10000000")
+                held[n] = {r["id"]: r["_hoodie_commit_time"] for r in df.select("id", "_hoodie_commit_time").collect()}
+            return all(expected[n] <= set(held[n]) for n in range(tables))
+
+        self._wait(all_held, SETTLE_S, "every transaction in Silver", poll_s=3.0)
+        watcher.poll()
+        lags = []  # in commit order
+        for t in transactions:
+            ends = [watcher.completed[paths[n]].get(held[n][row_id]) for n, row_id in t.rows]
+            if any(end is None for end in ends):
+                raise RuntimeError(f"a commit of {t.rows} is not on the timelines watched")
+            lags.append(max(e for e in ends if e is not None) - t.committed)
+        for n, path in enumerate(paths):  # the whole table equals PostgreSQL, updates and deletes included
+            silver = {(r["id"], r["tx"], r["qty"]) for r in spark.read.format("hudi").load(path)
+                      .select("id", "tx", "qty").collect()}
+            source = {tuple(r) for r in conn.execute(f"select id, tx, qty from {self.schema}.t{n}")}
+            if silver != source:
+                raise RuntimeError(f"t{n}: Silver differs from PostgreSQL ({len(silver ^ source)} rows)")
+        achieved = len(transactions) / elapsed
+        ordered = sorted(lags)
+        last = transactions[-1].committed
+        during = [sum(1 for end in watcher.completed[p].values() if end <= last + SETTLE_S) for p in paths]
+        return {
+            "tables": tables, "rate": self.workload.rate, "achieved_rate": achieved,
+            "duration_s": self.workload.duration, "valid": achieved >= 0.95 * self.workload.rate,
+            "transactions": len(transactions), "p50_s": statistics.median(ordered),
+            "p95_s": ordered[int(0.95 * (len(ordered) - 1))], "max_s": ordered[-1],
+            "commits_per_table": statistics.median(during),
+            "series": [(round(t.committed - transactions[0].committed, 3), round(lag, 3))
+                       for t, lag in zip(transactions, lags, strict=True)],
+            "batches": self._batches(),
+        }
+
+    def _batches(self) -> list[tuple[int, float]]:
+        """(events, seconds) of each batch the job logged: its tables' rows_in and its duration."""
+        rows: dict[str, int] = {}
+        batches = []
+        for line in self.log_file.read_text(errors="replace").splitlines():
+            if table := re.search(r"batch=(\d+) table=\S+ rows_in=(\d+)", line):
+                rows[table[1]] = rows.get(table[1], 0) + int(table[2])
+            elif done := re.search(r"batch=(\d+) done tables=\d+ duration_s=([\d.]+)", line):
+                batches.append((rows.get(done[1], 0), float(done[2])))
+        return batches
+
+    def _wait(self, done: Any, timeout_s: float, what: str, poll_s: float = 0.5) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if self.job is not None and self.job.poll() is not None:
+                raise RuntimeError(f"the job ended ({self.job.returncode}) waiting for {what}:\n"
+                                   + self.log_file.read_text(errors="replace")[-3000:])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not after {timeout_s:.0f} s (job log {self.log_file})")
+            time.sleep(poll_s)
+
+
+def _drop_slot(conn: psycopg.Connection, slot: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = conn.execute("select active from pg_replication_slots where slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            return
+        if not row[0]:
+            conn.execute("select pg_drop_replication_slot(%s)", (slot,))
+            return
+        time.sleep(0.5)
