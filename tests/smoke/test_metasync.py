@@ -41,7 +41,7 @@ def last_synced(spark: SparkSession, table: str) -> str:
 
 
 def columns(spark: SparkSession, table: str) -> list[str]:
-    return [c.name for c in spark.catalog.listColumns(table, DATABASE)]
+    return [c.name for c in spark.catalog.listColumns(f"{DATABASE}.{table}")]
 
 
 def test_a_table_is_synced_when_new_changed_or_first_written_by_a_run(spark: SparkSession, lake_root: str) -> None:
