@@ -35,7 +35,9 @@ from zoneinfo import ZoneInfo
 import psycopg
 import yaml
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
+from app.cdc.columns import SOFT_DELETED_COL
 from app.sink.lakefs import delete_path, list_files
 from devkit.connect import ConnectClient, PostgresSource, postgres_connector_config
 
@@ -204,8 +206,10 @@ class FreshnessRun:
                 raise RuntimeError(f"a commit of {t.rows} is not on the timelines watched")
             lags.append(max(e for e in ends if e is not None) - t.committed)
         for n, path in enumerate(paths):  # the whole table equals PostgreSQL, updates and deletes included
-            silver = {(r["id"], r["tx"], r["qty"]) for r in spark.read.format("hudi").load(path)
-                      .select("id", "tx", "qty").collect()}
+            table_df = spark.read.format("hudi").load(path)
+            if SOFT_DELETED_COL in table_df.columns:  # lake.delete_mode: soft keeps deleted rows, flagged
+                table_df = table_df.filter(~F.col(SOFT_DELETED_COL))
+            silver = {(r["id"], r["tx"], r["qty"]) for r in table_df.select("id", "tx", "qty").collect()}
             source = {tuple(r) for r in conn.execute(f"select id, tx, qty from {self.schema}.t{n}")}
             if silver != source:
                 raise RuntimeError(f"t{n}: Silver differs from PostgreSQL ({len(silver ^ source)} rows)")
