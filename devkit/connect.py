@@ -134,6 +134,19 @@ def check_publication_mode(connection: Any, publication: str, publish_via_partit
     )
 
 
+def drop_replication_slot(connection: Any, slot: str, timeout_s: float = 30.0) -> None:
+    """Drop a deleted connector's replication slot once its walsender lets go of it (gone already: nothing)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = connection.execute("select active from pg_replication_slots where slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            return
+        if not row[0]:
+            connection.execute("select pg_drop_replication_slot(%s)", (slot,))
+            return
+        time.sleep(0.5)
+
+
 def mariadb_connector_config(
     name: str,
     source: MariaDbSource,

@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 
 from app.cdc.columns import SOFT_DELETED_COL
 from app.sink.lakefs import delete_path, list_files
-from devkit.connect import ConnectClient, PostgresSource, postgres_connector_config
+from devkit.connect import ConnectClient, PostgresSource, drop_replication_slot, postgres_connector_config
 
 log = logging.getLogger("bench.freshness")
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ class FreshnessRun:
                     except subprocess.TimeoutExpired:
                         self.job.kill()
                 connect.delete_connector(self.name, reset_offsets=True)
-                _drop_slot(conn, config["slot.name"])
+                drop_replication_slot(conn, config["slot.name"])
                 conn.execute(f"drop publication if exists {config['publication.name']}")
                 conn.execute(f"drop schema if exists {self.schema} cascade")
                 self.spark.sql(f"drop database if exists {self.database} cascade")
@@ -248,15 +248,3 @@ class FreshnessRun:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{what}: not after {timeout_s:.0f} s (job log {self.log_file})")
             time.sleep(poll_s)
-
-
-def _drop_slot(conn: psycopg.Connection, slot: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        row = conn.execute("select active from pg_replication_slots where slot_name = %s", (slot,)).fetchone()
-        if row is None:
-            return
-        if not row[0]:
-            conn.execute("select pg_drop_replication_slot(%s)", (slot,))
-            return
-        time.sleep(0.5)

@@ -21,6 +21,7 @@ from devkit.connect import (
     MariaDbSource,
     PostgresSource,
     check_publication_mode,
+    drop_replication_slot,
     mariadb_connector_config,
     postgres_connector_config,
 )
@@ -111,17 +112,9 @@ def mariadb_connector(
         client.delete_connector(name, reset_offsets=True)
 
 
-def _drop_slot(slot: str, dbname: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
+def _drop_slot(slot: str, dbname: str) -> None:
     with psycopg.connect(PG_DSN.replace("dbname=source", f"dbname={dbname}"), autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute("select active from pg_replication_slots where slot_name = %s", (slot,)).fetchone()
-            if row is None:
-                return
-            if not row[0]:
-                conn.execute("select pg_drop_replication_slot(%s)", (slot,))
-                return
-            time.sleep(0.5)
+        drop_replication_slot(conn, slot)
 
 
 def read_topic(topic: str, min_records: int = 0, timeout_s: float = 60.0) -> list[KafkaRecord]:
