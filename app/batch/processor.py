@@ -9,7 +9,8 @@ Spark actions per batch: one small aggregate (writer schema ids and record count
 the Bronze write, and per table present in the batch those of its unit (app/batch/writer.py): the delete ledger's
 read (hard-delete tables that have one); one aggregate over the persisted, judged events for the counts; only when
 a row to be written lacks a value (a TOAST placeholder, a soft delete), a read of the table's current rows for those
-keys and a second aggregate; the ledger write (when the batch deletes or re-inserts keys); the Hudi write.
+keys and a second aggregate; the ledger write (when the batch deletes or re-inserts keys: plain Parquet); the Hudi
+write; now and then the ledger's merge.
 
 Any exception of a batch is logged and recorded in status.json with the batch, the table and the step it stopped
 in (`Step`), and re-raised: Spark stops the query, and the batch is read again at the next start.

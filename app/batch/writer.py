@@ -8,6 +8,8 @@
     ledger write   deletes and re-inserts recorded in the ledger, before the table (app/sink/ledger.py)
     upsert         the Hudi write, its commit carrying the batch's offsets and highest position (app/sink/commit.py),
                    then Hudi's meta sync when the catalog can be behind (app/sink/metasync.py)
+    ledger compaction  after a ledger write, once enough folders have gathered, they are merged into one (after
+                   the commit: off the batch's freshness; a failure is logged and left to the next batch)
 
 Shares nothing with other tables' units (its plan and stats are its own), so a batch's tables may be written
 from several threads at once (tests/e2e/test_exactly_once.py).
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.utils import CapturedException
 
@@ -43,8 +45,8 @@ from app.errors import EnvelopeError, SinkWriteError, java_root_cause, required
 from app.hooks import Hooks
 from app.routing.route import check_owner
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed
-from app.sink.hudi import LEDGER_OPTIONS, HudiTarget, sized_options, table_exists, write_silver
-from app.sink.ledger import ledger_changes, read_ledger
+from app.sink.hudi import HudiTarget, sized_options, table_exists, write_silver
+from app.sink.ledger import compact_ledger, read_ledger, write_ledger
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
 from app.wire.decode import decode_error_from
@@ -125,18 +127,20 @@ class TableWriter:
         events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
         spark = events_df.sparkSession
         step.enter("ledger read", plan.stats.steps_s)
-        ledger_df = read_ledger(spark, target.ledger.path, target.record_key) if target.delete_mode == "hard" else None
+        hard = target.delete_mode == "hard"
+        ledger_df = read_ledger(spark, target.ledger_path, target.record_key) if hard else None
         # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
         judged_df = plan.judged_df(ledger_df).persist()
+        recorded = False
         try:
             step.enter("count", plan.stats.steps_s)
             judged_df, counts = self._judge(plan, target, judged_df)
             step.enter("ledger write", plan.stats.steps_s)
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/sink/ledger.py).
-            if target.delete_mode == "hard" and (counts["deletes"] or counts["reinserts"]):
-                ledger_df = ledger_changes(judged_df, target.record_key)
-                options = {**self.hooks.write_options(target.ledger.path), **LEDGER_OPTIONS}
-                write_silver(ledger_df, target.ledger, step.batch_id, query_id, options)
+            if hard and (counts["deletes"] or counts["reinserts"]):
+                write_ledger(judged_df, target.ledger_path, target.record_key, step.batch_id)
+                recorded = True
+                self.hooks.at("ledger_written", batch_id=step.batch_id, table=target.qualified_name)
             step.enter("upsert", plan.stats.steps_s)
             max_position = _max_position(counts, plan.topics_per_source())
             extra = commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity)
@@ -148,6 +152,19 @@ class TableWriter:
             self.meta_sync.written(target, rows_df, options)
         finally:
             judged_df.unpersist()
+        if recorded:
+            step.enter("ledger compaction", plan.stats.steps_s)
+            self._compact_ledger(spark, target, step.batch_id)
+
+    @staticmethod
+    def _compact_ledger(spark: SparkSession, target: HudiTarget, batch_id: int) -> None:
+        """Merge the ledger's folders when enough have gathered; the batch is committed already, so a failure
+        is logged (naming the table) and the next batch tries again."""
+        try:
+            compact_ledger(spark, target.ledger_path, batch_id)
+        except (Py4JJavaError, CapturedException) as e:
+            log.warning("batch=%s table=%s: the delete ledger's compaction failed (the next batch retries): %s",
+                        batch_id, target.qualified_name, java_root_cause(e))
 
     def _unapplied(
         self, plan: TablePlan, target: HudiTarget, committed: Committed | None, batch_id: int

@@ -28,6 +28,7 @@ SEGMENT_COL: Final = "_cdc_segment"  # an event's place among its key's events (
 
 # The delete ledger's verdict on each event (app/sink/ledger.py), and the ledger table's own position column.
 LEDGER_POSITION_COL: Final = "_cdc_ledger_position"
+LEDGER_KEY_COL: Final = "_cdc_ledger_key"  # the record key as JSON: {"<column>": value, ...}
 BLOCKED_COL: Final = "_cdc_blocked"  # an upsert at or below its key's delete position
 REINSERT_COL: Final = "_cdc_reinsert"  # an upsert above it: the key leaves the ledger
 

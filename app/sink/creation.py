@@ -8,7 +8,7 @@ Hudi 1.0.2 creates a table inside its first write, in this order (read off Hoodi
        .hoodie/.aux/, .hoodie/.aux/.bootstrap/.partitions/, .hoodie/.aux/.bootstrap/.fileids/
     2. .hoodie/hoodie.properties                     the table exists for Hudi from here on
     3. .hoodie/timeline/<t>.commit.requested         (deltacommit for Merge-on-Read)
-    4. the metadata table's first initialisation (tables with `hoodie.metadata.enable`, not the delete ledger):
+    4. the metadata table's first initialisation (tables with `hoodie.metadata.enable`):
        .hoodie/metadata/ with its own folders and properties, the `files` partition, then `column_stats`, and
        for a partitioned table `record_index` and `partition_stats`, each its own instant
        (00000000000000000, ...01, ...) completed in .hoodie/metadata/.hoodie/timeline/; after each, the data

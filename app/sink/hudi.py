@@ -37,15 +37,10 @@ class HudiTarget:
         return f"{self.database}.{self.table}"
 
     @property
-    def ledger(self) -> HudiTarget:
-        """The hard-delete ledger of this table (app/sink/ledger.py): beside it, never in the catalog."""
+    def ledger_path(self) -> str:
+        """The folder of this table's hard-delete ledger (app/sink/ledger.py): beside it, never in the catalog."""
         parent, _, name = self.path.rstrip("/").rpartition("/")
-        return HudiTarget(
-            database=self.database,
-            table=f"{name}{LEDGER_FOLDER}",
-            path=f"{parent}/{LEDGER_FOLDER}/{name}",
-            record_key=self.record_key,
-        )
+        return f"{parent}/{LEDGER_FOLDER}/{name}"
 
 
 def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str, str]:
@@ -189,11 +184,6 @@ def catalog_tables(target: HudiTarget) -> list[str]:
     if target.table_type == "MERGE_ON_READ":
         return [target.table, f"{target.table}_ro", f"{target.table}_rt"]
     return [target.table]
-
-
-# The delete ledger is a few rows per deleted key, read whole: no metadata table to keep beside it, and never
-# in the catalog.
-LEDGER_OPTIONS = {"hoodie.metadata.enable": "false", **SYNC_OFF}
 
 
 def write_silver(

@@ -1,9 +1,10 @@
 """B3 of scripts/bench/run.py: how long after its PostgreSQL commit a transaction is in Silver, under a steady load.
 
-A schema of `tables` tables gets its own Debezium connector (envelopes, the tests' framing) and its own job
-process (`app/main.py`, the given config with a 1-second trigger, the lake under the bench's folder). Once the job
-has created every table, a workload thread runs `rate` transactions a second for `duration` seconds: each inserts a
-new row into one table, or into two (a transaction spanning tables), and most also update or delete an earlier row.
+A schema of `tables` tables gets its own Debezium connector (scripts/bench/source.py) and its own job process
+(`app/main.py`, the given config with a 1-second trigger, the lake under the bench's folder; or, for B2, the naive
+baseline of scripts/bench/naive.py with a 1-second trigger). Once the job has created every table, a workload
+thread runs `rate` transactions a second for `duration` seconds: each inserts a new row into one table, or into
+two (a transaction spanning tables), and most also update or delete an earlier row.
 A transaction's commit time is the moment its COMMIT returns to the workload (the same clock as the job's; at
 most a round trip after PostgreSQL's commit). A watcher lists every table's timeline each half second, so the
 completion time of each Hudi commit is known even after archival moves it; an inserted row's
@@ -26,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,16 +35,13 @@ from zoneinfo import ZoneInfo
 import psycopg
 import yaml
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from app.cdc.columns import SOFT_DELETED_COL
+from app.config import load_config
 from app.sink.lakefs import delete_path, list_files
-from devkit.connect import ConnectClient, PostgresSource, drop_replication_slot, postgres_connector_config
+from scripts.bench.source import BenchSource
 
 log = logging.getLogger("bench.freshness")
 ROOT = Path(__file__).resolve().parents[2]
-PG_DSN = "host=127.0.0.1 port=5432 user=postgres password={password} dbname=source"
-CONNECT_URL = "http://127.0.0.1:8083"
 SEED_ROWS = 2000
 SETTLE_S = 60.0
 
@@ -56,25 +53,49 @@ class Transaction:
 
 
 class TimelineWatcher(threading.Thread):
-    """Lists each table's timeline every half second: {table path: {begin instant: completion epoch seconds}}."""
+    """Lists each table's timeline every half second: {table path: {begin instant: completion epoch seconds}}
+    of its writes, and the table services seen: completed cleans and compactions, and the files archival wrote
+    to the timeline's history (its LSM layout: a new manifest at each archival), listed every 10 s."""
 
     def __init__(self, spark: SparkSession, paths: list[str], zone: ZoneInfo) -> None:
         super().__init__(daemon=True, name="timeline-watcher")
         self.spark, self.paths, self.zone = spark, paths, zone
         self.completed: dict[str, dict[str, float]] = {p: {} for p in paths}
+        self.kinds: dict[str, dict[str, str]] = {p: {} for p in paths}  # begin instant: commit | deltacommit
+        self.services: dict[str, dict[str, set[str]]] = {p: {"clean": set(), "archival": set()} for p in paths}
         self.stop = threading.Event()
 
     def run(self) -> None:
+        polls = 0
         while not self.stop.is_set():
-            self.poll()
+            self.poll(history=polls % 20 == 0)
+            polls += 1
             self.stop.wait(0.5)
 
-    def poll(self) -> None:
+    def poll(self, history: bool = False) -> None:
         for path in self.paths:
             for name in list_files(self.spark, f"{path}/.hoodie/timeline"):
-                match = re.fullmatch(r"(\d{17})_(\d{17})\.(commit|deltacommit)", name)
-                if match:
+                match = re.fullmatch(r"(\d{17})_(\d{17})\.(commit|deltacommit|clean)", name)
+                if match and match[3] == "clean":
+                    self.services[path]["clean"].add(match[1])
+                elif match:
                     self.completed[path].setdefault(match[1], self.epoch(match[2]))
+                    self.kinds[path][match[1]] = match[3]
+            if history:
+                manifests = list_files(self.spark, f"{path}/.hoodie/timeline/history")
+                self.services[path]["archival"] |= {n for n in manifests if n.startswith("manifest_")}
+
+    def service_counts(self) -> dict[str, dict[str, int]]:
+        """Per table (its folder's name): how often each table service ran while watched; compaction for
+        Merge-on-Read tables only (there a completed `commit` is a compaction, the writes being delta commits)."""
+        counts = {}
+        for path, services in self.services.items():
+            kinds = list(self.kinds[path].values())
+            found = {service: len(seen) for service, seen in services.items()}
+            if "deltacommit" in kinds:
+                found["compaction"] = kinds.count("commit")
+            counts[path.rsplit("/", 1)[-1]] = found
+        return counts
 
     def epoch(self, instant: str) -> float:
         return datetime.strptime(instant, "%Y%m%d%H%M%S%f").replace(tzinfo=self.zone).timestamp()
@@ -87,75 +108,60 @@ class Workload:
     duration: float  # seconds
 
 
-def freshness(spark: SparkSession, config_file: str, lake: str, workload: Workload) -> dict[str, Any]:
-    """One B3 run (module docstring): its figures and whether it is valid."""
-    return FreshnessRun(spark, config_file, lake, workload).run()
+CONSUMERS = ("job", "naive")
+
+
+def freshness(spark: SparkSession, config_file: str, lake: str, workload: Workload, consumer: str = "job"
+              ) -> dict[str, Any]:
+    """One B3 run (module docstring): its figures and whether it is valid. `consumer`: the job (app/main.py) or
+    the naive baseline (scripts/bench/naive.py, B2) reads the topics."""
+    config = load_config(config_file)
+    with BenchSource("f", workload.tables, SEED_ROWS, config.registry.url, config.kafka.bootstrap_servers) as source:
+        return FreshnessRun(spark, config_file, lake, workload, source, consumer=consumer).run()
 
 
 class FreshnessRun:
-    def __init__(self, spark: SparkSession, config_file: str, lake: str, workload: Workload) -> None:
-        self.spark, self.workload = spark, workload
-        run = f"{uuid.uuid4().hex[:6]}{workload.tables}"
-        self.schema, self.prefix, self.name = f"bf_{run}", f"bf{run}", f"bench-fresh-{run}"
-        self.password = os.environ.get("PGPASSWORD", "postgres")
-        self.dsn = PG_DSN.format(password=self.password)
+    def __init__(self, spark: SparkSession, config_file: str, lake: str, workload: Workload, source: BenchSource,
+                 *, consumer: str) -> None:
+        self.spark, self.workload, self.source, self.consumer = spark, workload, source, consumer
+        self.schema = source.schema
         self.zone = os.environ.get("TZ") or "UTC"
-        self.root, self.database = f"{lake}/freshness/{run}", f"bench_fresh_{run}"
-        raw = yaml.safe_load(Path(config_file).read_text())
-        raw["kafka"].update({"topic_pattern": re.escape(self.prefix) + r"\.[^.]+\.[^.]+",
-                             "max_offsets_per_trigger": None})
-        raw.pop("sources", None)
-        raw.pop("tables", None)
-        raw["source"] = {"topic_prefix": self.prefix, "framing": "id4", "id_type": "contentId"}
-        raw["lake"].update({"database": self.database, "silver_path": f"{self.root}/silver",
-                            "bronze_path": f"{self.root}/bronze", "checkpoint_path": f"{self.root}/checkpoint"})
-        raw["trigger"] = {"processing_time": "1 second"}
-        self.job_config = raw
-        self.paths = [f"{self.root}/silver/{self.database}/{self.schema}_t{n}" for n in range(workload.tables)]
+        self.root, self.database = f"{lake}/freshness/{source.prefix}{consumer}", f"bench_fresh_{source.prefix}"
+        conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
+        if consumer == "job":
+            conf.write_text(yaml.safe_dump(source.job_config(config_file, self.root, self.database)))
+            self.command = [sys.executable, "app/main.py", "--conf", str(conf)]
+            self.paths = [f"{self.root}/silver/{self.database}/{self.schema}_{t}" for t in source.table_names]
+        else:
+            conf.write_text(Path(config_file).read_text())
+            self.command = [sys.executable, "scripts/bench/naive.py", "--conf", str(conf), "--root", self.root,
+                            "--trigger-s", "1", *[a for topic in source.topics for a in ("--topic", topic)]]
+            self.paths = [f"{self.root}/silver/{t}" for t in source.table_names]
+        self.conf = conf
         self.watcher = TimelineWatcher(spark, self.paths, ZoneInfo(self.zone))
         self.job: subprocess.Popen[bytes] | None = None
-        self.log_file = Path(tempfile.mkstemp(suffix=".log", prefix="bench-fresh-job-")[1])
+        self.log_file = Path(tempfile.mkstemp(suffix=".log", prefix=f"bench-fresh-{consumer}-")[1])
 
     def run(self) -> dict[str, Any]:
-        connect = ConnectClient(CONNECT_URL)
-        config = postgres_connector_config(
-            self.name, PostgresSource("127.0.0.1", 5432, "postgres", self.password, "source"), self.prefix,
-            [self.schema], self.job_config["registry"]["url"],
-        )
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            try:
-                conn.execute(f"create schema {self.schema}")
-                for n in range(self.workload.tables):
-                    conn.execute(f"create table {self.schema}.t{n} (id bigint primary key, tx bigint, v text, qty int)")
-                    conn.execute(f"insert into {self.schema}.t{n} select i, 0, 'seed ' || i, i "
-                                 f"from generate_series(1, {SEED_ROWS}) i")
-                connect.create_fresh(self.name, config)
-                connect.wait_running(self.name)
-                conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
-                conf.write_text(yaml.safe_dump(self.job_config))
-                self.job = subprocess.Popen(
-                    [sys.executable, "app/main.py", "--conf", str(conf)], cwd=ROOT,
-                    env={**os.environ, "TZ": self.zone}, stdout=self.log_file.open("wb"), stderr=subprocess.STDOUT,
-                )
-                self.watcher.start()
-                self._wait(lambda: all(self.watcher.completed[p] for p in self.paths), 300,
-                           "the job's first commit of every table")
-                transactions, elapsed = self._workload()
-                return self._measure(conn, transactions, elapsed)
-            finally:
-                self.watcher.stop.set()
-                if self.job is not None:
-                    self.job.terminate()
-                    try:
-                        self.job.wait(30)
-                    except subprocess.TimeoutExpired:
-                        self.job.kill()
-                connect.delete_connector(self.name, reset_offsets=True)
-                drop_replication_slot(conn, config["slot.name"])
-                conn.execute(f"drop publication if exists {config['publication.name']}")
-                conn.execute(f"drop schema if exists {self.schema} cascade")
-                self.spark.sql(f"drop database if exists {self.database} cascade")
-                delete_path(self.spark, self.root)
+        try:
+            self.job = subprocess.Popen(self.command, cwd=ROOT, env={**os.environ, "TZ": self.zone},
+                                        stdout=self.log_file.open("wb"), stderr=subprocess.STDOUT)
+            self.watcher.start()
+            self._wait(lambda: all(self.watcher.completed[p] for p in self.paths), 300,
+                       f"the {self.consumer}'s first commit of every table")
+            transactions, elapsed = self._workload()
+            return {"consumer": self.consumer, **self._measure(transactions, elapsed)}
+        finally:
+            self.watcher.stop.set()
+            if self.job is not None:
+                self.job.terminate()
+                try:
+                    self.job.wait(30)
+                except subprocess.TimeoutExpired:
+                    self.job.kill()
+            self.conf.unlink(missing_ok=True)
+            self.spark.sql(f"drop database if exists {self.database} cascade")
+            delete_path(self.spark, self.root)
 
     def _workload(self) -> tuple[list[Transaction], float]:
         """`rate` transactions a second for `duration` seconds, each committed on schedule (late ones at once)."""
@@ -163,7 +169,7 @@ class FreshnessRun:
         transactions: list[Transaction] = []
         deleted: set[tuple[int, int]] = set()
         tables, rate, schema = self.workload.tables, self.workload.rate, self.schema
-        with psycopg.connect(self.dsn) as conn:
+        with psycopg.connect(self.source.dsn) as conn:
             started = time.monotonic()
             for k in range(int(rate * self.workload.duration)):
                 delay = started + k / rate - time.monotonic()
@@ -186,7 +192,7 @@ class FreshnessRun:
             elapsed = time.monotonic() - started
         return transactions, elapsed
 
-    def _measure(self, conn: psycopg.Connection, transactions: list[Transaction], elapsed: float) -> dict[str, Any]:
+    def _measure(self, transactions: list[Transaction], elapsed: float) -> dict[str, Any]:
         tables, paths, spark, watcher = self.workload.tables, self.paths, self.spark, self.watcher
         expected = {n: {row_id for t in transactions for m, row_id in t.rows if m == n} for n in range(tables)}
         held: dict[int, dict[int, str]] = {}
@@ -205,14 +211,10 @@ class FreshnessRun:
             if any(end is None for end in ends):
                 raise RuntimeError(f"a commit of {t.rows} is not on the timelines watched")
             lags.append(max(e for e in ends if e is not None) - t.committed)
-        for n, path in enumerate(paths):  # the whole table equals PostgreSQL, updates and deletes included
-            table_df = spark.read.format("hudi").load(path)
-            if SOFT_DELETED_COL in table_df.columns:  # lake.delete_mode: soft keeps deleted rows, flagged
-                table_df = table_df.filter(~F.col(SOFT_DELETED_COL))
-            silver = {(r["id"], r["tx"], r["qty"]) for r in table_df.select("id", "tx", "qty").collect()}
-            source = {tuple(r) for r in conn.execute(f"select id, tx, qty from {self.schema}.t{n}")}
-            if silver != source:
-                raise RuntimeError(f"t{n}: Silver differs from PostgreSQL ({len(silver ^ source)} rows)")
+        # The whole table equals PostgreSQL, updates and deletes included.
+        differ = self.source.differences(spark, dict(zip(self.source.table_names, paths, strict=True)))
+        if differ:
+            raise RuntimeError(f"the {self.consumer}'s Silver differs from PostgreSQL: {'; '.join(differ)}")
         achieved = len(transactions) / elapsed
         ordered = sorted(lags)
         last = transactions[-1].committed
@@ -226,6 +228,7 @@ class FreshnessRun:
             "series": [(round(t.committed - transactions[0].committed, 3), round(lag, 3))
                        for t, lag in zip(transactions, lags, strict=True)],
             "batches": self._batches(),
+            "services": watcher.service_counts(),
         }
 
     def _batches(self) -> list[tuple[int, float]]:

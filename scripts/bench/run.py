@@ -1,17 +1,27 @@
 #!/usr/bin/env python3
 """The speed benchmark: each scenario against its baseline, measured in the same run on the same storage.
 
-Scenarios (`--scenario`, repeatable; default all):
+Scenarios (`--scenario`, repeatable; default all but soak):
   ceiling   B1: the same Kafka records through the job's batch function (plan, Bronze, every Silver table written
             by Hudi) and through the same plan with the Silver write swapped for plain Parquet (the rows the upsert
             would receive: the latest event per key; the same Bronze write; as many writer threads as
             lake.table_writers); throughput of each and ours as a share of the ceiling. Per table: rows
             and the time of its unit (app/batch/writer.py).
+  naive     B2: the naive baseline (scripts/bench/naive.py: one writeStream.format("hudi") query per table with
+            the options of Hudi's streaming-write docs) against the job, each `--available-now` in a process of its
+            own over the same backlog on 7 tables (`--naive-rows` rows each, then a third updated and a tenth
+            deleted), a fresh lake each run; both must leave every table equal to PostgreSQL. Throughput of each
+            and the ratio. (Hudi's HoodieStreamer cannot be obtained or built here: its bundles are not served by
+            the reachable registries.)
   freshness B3: a steady PostgreSQL workload (`--rate` transactions a second for `--duration` seconds, inserts,
             updates, deletes, some transactions spanning two tables) on 3 and on 7 tables (`--tables`), the job
             running on its own with a 1-second trigger; per transaction the time from its commit to the completion
             of the Hudi commit holding it: p50, p95, max (scripts/bench/freshness.py). Invalid below 95% of the
             rate; fails when a transaction is missing 60 s after the workload or a table differs from the source.
+            B2's freshness side: the same workload read by the naive baseline on `--naive-tables` (7).
+  backlog   B4: the job `--available-now` over a backlog of 7 tables of `--backlog-rows` rows (50,000: about
+            537,000 records), with the shipped config's memory settings: time, events/s, the driver JVM's peak
+            used heap (jstat) and peak RSS, the Python driver's peak RSS.
   growth    B5: one upsert batch (`--batch` keys spread evenly over all keys) into a table of `--small` rows and
             into one of `--large` rows, per layout (Copy-on-Write and Merge-on-Read with the job's index for a
             non-partitioned table, Merge-on-Read partitioned with the record-level index); the tables are loaded
@@ -19,17 +29,18 @@ Scenarios (`--scenario`, repeatable; default all):
   job-runs  the demo's job run: `app/main.py --available-now` over the topics on a fresh lake, this checkout
             against the code at `--baseline-ref` (a git worktree, the same config keys it knows), each its own
             process; wall time and the machine's busy CPU.
+  soak      B3's soak, only when asked by name (it takes `--soak-minutes`, 30): the freshness workload on 3 tables;
+            the p95 of its last 10 minutes within 20% of its first 10, and each table service (clean, archival;
+            compaction on Merge-on-Read) seen at least twice on every table.
 
 Every compared figure is the median of `--runs` runs, the sides alternating (A B B A A B ...), after one warm-up
-run of each side in the same session (job-runs: processes of their own, no warm-up; freshness: one run per table
-count, no baseline yet). Prints the effective Hudi options of each layout and the Spark settings, then the results;
-writes results.json, results.md and, with matplotlib (`pip install -e '.[bench]'`), freshness.png and batches.png
-to `--out`. Needs the local stack (scripts/stack.sh up) and, for ceiling and job-runs, records on the topics
-(scripts/demo.sh puts the demo's there). The lake is conf/local.yaml's (S3 by default); what a run writes is
-removed at the end.
-
-Not here yet (docs/performance.md says what is measured and what is not): B2 (one writeStream.format("hudi") query
-per table), B3's 30-minute soak and B4 (a 500,000-event backlog).
+run of each side in the same session (job-runs and naive: processes of their own, no warm-up; freshness: one run
+per table count and side; backlog: one run). Prints the effective Hudi options of each layout and of the naive
+baseline, and the Spark settings, then the results; writes results.json, results.md and, with matplotlib
+(`pip install -e '.[bench]'`), freshness.png and batches.png to `--out`. Needs the local stack (scripts/stack.sh
+up) and, for ceiling and job-runs, records on the topics (scripts/demo.sh puts the demo's there); naive,
+freshness, backlog and soak make PostgreSQL schemas and connectors of their own. The lake is conf/local.yaml's (S3
+by default); what a run writes is removed at the end.
 
 Usage: .venv/bin/python scripts/bench/run.py [--scenario ceiling --scenario growth] [--runs 3] [--smoke]
 """
@@ -45,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -71,9 +83,12 @@ from app.spark import build_session, session_conf  # noqa: E402
 from app.wire.registry import RegistryClient  # noqa: E402
 from app.wire.source import subscribe_pattern  # noqa: E402
 from scripts.bench.freshness import Workload, freshness  # noqa: E402
+from scripts.bench.source import BenchSource  # noqa: E402
 
-SCENARIOS = ("ceiling", "freshness", "growth", "job-runs")
-SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "tables": [3]}
+SCENARIOS = ("ceiling", "naive", "freshness", "backlog", "growth", "job-runs", "soak")
+DEFAULT_SCENARIOS = SCENARIOS[:-1]  # the soak takes its own half hour: asked for by name
+SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "tables": [3],
+         "naive_rows": 100, "backlog_rows": 300}
 log = logging.getLogger("bench")
 
 
@@ -229,25 +244,267 @@ def write_parquet_tables(plan: BatchPlan, processor: BatchProcessor) -> None:
         thread.join()
 
 
+# --- processes: a consumer of a source's topics, its time and its memory -------------------------------------
+
+class MemorySampler(threading.Thread):
+    """Peaks of a process tree while it runs: the RSS of its JVM and of its Python driver (/proc), and the JVM's
+    used heap (`jstat -gc <pid> 1000`, one sampling process for the whole run; none where jstat is missing)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True, name="memory-sampler")
+        self.pid = pid
+        self.peaks = {"jvm_rss_mb": 0.0, "python_rss_mb": 0.0, "heap_mb": 0.0}
+        self.stop = threading.Event()
+        self.jstat: subprocess.Popen[str] | None = None
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            jvm = next((p for p in descendants(self.pid) if process_name(p) == "java"), None)
+            self.peak("python_rss_mb", rss_mb(self.pid))
+            if jvm is None:
+                continue
+            self.peak("jvm_rss_mb", rss_mb(jvm))
+            if self.jstat is None and shutil.which("jstat"):
+                self.jstat = subprocess.Popen(["jstat", "-gc", str(jvm), "1000"], stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL, text=True)
+                threading.Thread(target=self.read_jstat, args=(self.jstat,), daemon=True).start()
+        if self.jstat is not None:
+            self.jstat.terminate()
+
+    def read_jstat(self, jstat: subprocess.Popen[str]) -> None:
+        header: list[str] = []
+        for line in required(jstat.stdout, "jstat's output"):
+            fields = line.split()
+            if "EU" in fields:
+                header = fields
+            elif header and len(fields) == len(header):
+                used = dict(zip(header, fields, strict=True))
+                try:
+                    self.peak("heap_mb", sum(float(used[k]) for k in ("S0U", "S1U", "EU", "OU")) / 1024)
+                except (KeyError, ValueError):
+                    continue
+
+    def peak(self, key: str, value: float) -> None:
+        self.peaks[key] = max(self.peaks[key], value)
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_consumer(command: list[str], *, sample_memory: bool = False) -> dict[str, float]:
+    """Run one consumer process to its end: wall seconds, the machine's busy CPU seconds and, when asked, the
+    memory peaks (MemorySampler). Exits the bench with the process's output when it fails."""
+    log_file = Path(tempfile.mkstemp(suffix=".log", prefix="bench-consumer-")[1])
+    wall, busy = time.monotonic(), busy_cpu_s()
+    with log_file.open("wb") as out:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        sampler = MemorySampler(process.pid)
+        if sample_memory:
+            sampler.start()
+        code = process.wait()
+        sampler.stop.set()
+    figures = {"s": time.monotonic() - wall, "busy_cpu_s": busy_cpu_s() - busy}
+    if code:
+        sys.exit(f"{' '.join(command[:3])} failed ({code}):\n" + log_file.read_text(errors="replace")[-3000:])
+    log_file.unlink()
+    if sample_memory:
+        sampler.join(5)
+        figures.update(sampler.peaks)
+    return figures
+
+
+class Consumers:
+    """The job (app/main.py) and the naive baseline (scripts/bench/naive.py), each `--available-now` over a
+    source's topics on a fresh lake under `lake`; the Silver paths of each run, and the clean-up."""
+
+    def __init__(self, spark: SparkSession, config_file: str, lake: str, source: BenchSource) -> None:
+        self.spark, self.config_file, self.lake, self.source = spark, config_file, lake, source
+        self.databases: list[str] = []
+        self.conf_files: list[Path] = []
+
+    def command(self, side: str, label: str) -> tuple[list[str], dict[str, str]]:
+        root = f"{self.lake}/{label}"
+        conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
+        self.conf_files.append(conf)
+        if side == "naive":
+            conf.write_text(Path(self.config_file).read_text())
+            topics = [a for topic in self.source.topics for a in ("--topic", topic)]
+            return ([sys.executable, "scripts/bench/naive.py", "--conf", str(conf), "--root", root,
+                     "--available-now", *topics], {t: f"{root}/silver/{t}" for t in self.source.table_names})
+        database = f"bench_{label.replace('/', '_').replace('-', '_')}"
+        self.databases.append(database)
+        conf.write_text(yaml.safe_dump(self.source.job_config(self.config_file, root, database)))
+        return ([sys.executable, "app/main.py", "--conf", str(conf), "--available-now"],
+                {t: f"{root}/silver/{database}/{self.source.schema}_{t}" for t in self.source.table_names})
+
+    def run(self, side: str, label: str, *, sample_memory: bool = False) -> dict[str, float]:
+        """One run; exits the bench when a table then differs from PostgreSQL."""
+        command, paths = self.command(side, label)
+        figures = run_consumer(command, sample_memory=sample_memory)
+        differ = self.source.differences(self.spark, paths)
+        if differ:
+            sys.exit(f"{side} run {label}: Silver differs from PostgreSQL: {'; '.join(differ)}")
+        return figures
+
+    def close(self) -> None:
+        for database in self.databases:
+            self.spark.sql(f"drop database if exists {database} cascade")
+        for conf in self.conf_files:
+            conf.unlink(missing_ok=True)
+
+
+def backlog_source(config: JobConfig, label: str, tables: int, rows: int) -> BenchSource:
+    """A source of `tables` tables of `rows` rows each whose topics hold a backlog: the snapshot, then a third of
+    the rows updated and a tenth deleted (one transaction per statement). The caller enters it."""
+    return BenchSource(label, tables, rows, config.registry.url, config.kafka.bootstrap_servers)
+
+
+def fill_backlog(source: BenchSource) -> int:
+    """The changes of backlog_source, and the wait until every record is on the topics; returns the records."""
+    for table in source.table_names:
+        source.execute(f"update {source.schema}.{table} set qty = qty + 1, tx = 1 where id % 3 = 0")
+        source.execute(f"delete from {source.schema}.{table} where id % 10 = 1")
+    rows = source.seed_rows
+    per_table = rows + rows // 3 + 2 * ((rows - 1) // 10 + 1)  # each delete is followed by its tombstone
+    return source.wait_for_records(source.tables * per_table)
+
+
+# --- B2: the naive baseline ------------------------------------------------------------------------------------
+
+def naive(spark: SparkSession, config_file: str, config: JobConfig, lake: str, args: argparse.Namespace
+          ) -> tuple[list[Figure], dict[str, Any]]:
+    """The job and the naive baseline (scripts/bench/naive.py), each `--available-now` in a process of its own over
+    the same backlog on 7 tables, runs alternating, a fresh lake each; both must leave Silver equal to PostgreSQL.
+    (The freshness side of B2 is in the freshness scenario: the naive baseline under the same workload.)"""
+    with backlog_source(config, "n", 7, args.naive_rows) as source:
+        records = fill_backlog(source)
+        print(f"\nB2 naive baseline: {records} records over 7 tables ({args.naive_rows} rows each, a third "
+              "updated, a tenth deleted), each side --available-now in its own process")
+        consumers = Consumers(spark, config_file, f"{lake}/naive", source)
+        try:
+            order = alternate(["job", "naive"], args.runs)
+            results: dict[str, list[dict[str, float]]] = {"job": [], "naive": []}
+            for n, side in enumerate(order):
+                measured = consumers.run(side, f"{side}{n}")
+                measured["events_per_s"] = records / measured["s"]
+                results[side].append(measured)
+                print(f"  run {n}: {side:10s} " + "  ".join(f"{k}={v:.2f}" for k, v in measured.items()), flush=True)
+        finally:
+            consumers.close()
+    figures = medians("naive", "available-now run", results,
+                      {"s": "s", "busy_cpu_s": "CPU-s", "events_per_s": "events/s"})
+    ratio = statistics.median(r["events_per_s"] for r in results["job"]) / statistics.median(
+        r["events_per_s"] for r in results["naive"])
+    figures.append(Figure("naive", "job throughput over the naive baseline's", "job", "x", ratio, ()))
+    from scripts.bench.naive import options as naive_options  # noqa: PLC0415 - its own process imports it too
+    return figures, {"records": records, "tables": 7, "options": naive_options("<table>")}
+
+
+# --- B4: backlog -----------------------------------------------------------------------------------------------
+
+def backlog(spark: SparkSession, config_file: str, config: JobConfig, lake: str, args: argparse.Namespace
+            ) -> tuple[list[Figure], dict[str, Any]]:
+    """The job `--available-now` over a backlog of at least 500,000 events on 7 tables, with the shipped config's
+    memory settings: its time, throughput and memory peaks (one run: it is the figure itself)."""
+    with backlog_source(config, "l", 7, args.backlog_rows) as source:
+        records = fill_backlog(source)
+        print(f"\nB4 backlog: {records} records over 7 tables ({args.backlog_rows} rows each), the job "
+              f"--available-now, max_offsets_per_trigger={config.kafka.max_offsets_per_trigger}, "
+              f"spark.driver.memory={config.spark.conf.get('spark.driver.memory', 'default')}")
+        consumers = Consumers(spark, config_file, f"{lake}/backlog", source)
+        try:
+            result = consumers.run("job", "backlog", sample_memory=True)
+        finally:
+            consumers.close()
+    result["events_per_s"] = records / result["s"]
+    print("  " + "  ".join(f"{k}={v:.2f}" for k, v in result.items()), flush=True)
+    units = {"s": "s", "busy_cpu_s": "CPU-s", "events_per_s": "events/s", "heap_mb": "MB", "jvm_rss_mb": "MB",
+             "python_rss_mb": "MB"}
+    figures = [Figure("backlog", f"{records:,} records, {key}", "job", unit, result[key], (result[key],))
+               for key, unit in units.items() if key in result]
+    return figures, {"records": records, **result}
+
+
 # --- B3: freshness --------------------------------------------------------------------------------------------
 
 def freshness_runs(spark: SparkSession, config_file: str, lake: str, args: argparse.Namespace
                    ) -> tuple[list[Figure], dict[str, Any]]:
-    """One workload run per table count (scripts/bench/freshness.py)."""
+    """One workload run per table count (scripts/bench/freshness.py) with the job reading, and for B2 the same
+    workload with the naive baseline reading, on each of `--naive-tables`."""
     figures: list[Figure] = []
     runs: dict[str, Any] = {}
-    for tables in args.tables:
-        print(f"\nB3 freshness: {args.rate:g} transactions/s for {args.duration:g} s on {tables} tables", flush=True)
-        result = freshness(spark, config_file, lake, Workload(tables, args.rate, args.duration))
-        runs[str(tables)] = result
+    sides = [("job", t) for t in args.tables] + [("naive", t) for t in args.naive_tables]
+    for consumer, tables in sides:
+        print(f"\nB3 freshness ({consumer}): {args.rate:g} transactions/s for {args.duration:g} s on {tables} tables",
+              flush=True)
+        result = freshness(spark, config_file, lake, Workload(tables, args.rate, args.duration), consumer)
+        label = str(tables) if consumer == "job" else f"{tables} naive"
+        runs[label] = result
         print("  " + "  ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in result.items() if k not in ("series", "batches")), flush=True)
         for key in ("p50_s", "p95_s", "max_s"):
             figures.append(Figure("freshness", f"{tables} tables {key.removesuffix('_s')}",
-                                  "valid" if result["valid"] else "INVALID (rate)", "s", result[key], ()))
-        figures.append(Figure("freshness", f"{tables} tables achieved rate", "workload", "tx/s",
+                                  consumer if result["valid"] else f"{consumer}: INVALID (rate)", "s", result[key],
+                                  ()))
+        figures.append(Figure("freshness", f"{tables} tables achieved rate", f"{consumer} workload", "tx/s",
                               result["achieved_rate"], ()))
+    for tables in set(args.tables) & set(args.naive_tables):
+        ratio = runs[f"{tables} naive"]["p95_s"] / runs[str(tables)]["p95_s"]
+        figures.append(Figure("freshness", f"{tables} tables: naive p95 over the job's", "job", "x", ratio, ()))
     return figures, runs
+
+
+def soak(spark: SparkSession, config_file: str, lake: str, args: argparse.Namespace
+         ) -> tuple[list[Figure], dict[str, Any]]:
+    """B3's soak: the freshness workload for `--soak-minutes` on 3 tables; the p95 of its last 10 minutes against
+    its first 10 (holds within 20%), and how often each table service ran on each table."""
+    duration = args.soak_minutes * 60
+    print(f"\nB3 soak: {args.rate:g} transactions/s for {duration:g} s on 3 tables", flush=True)
+    result = freshness(spark, config_file, lake, Workload(3, args.rate, duration), "job")
+    window = min(600.0, duration / 3)
+    first = sorted(lag for t, lag in result["series"] if t < window)
+    last = sorted(lag for t, lag in result["series"] if t >= duration - window)
+    p95_first, p95_last = (lags[int(0.95 * (len(lags) - 1))] for lags in (first, last))
+    services = result["services"]
+    holds = p95_last <= 1.2 * p95_first and all(min(counts.values()) >= 2 for counts in services.values())
+    print(f"  p95 first {window:g} s {p95_first:.2f}, last {window:g} s {p95_last:.2f}; table services "
+          f"{services}: {'holds' if holds else 'DOES NOT HOLD'}", flush=True)
+    figures = [
+        Figure("soak", f"p95 of the first {window:g} s", "job", "s", p95_first, ()),
+        Figure("soak", f"p95 of the last {window:g} s", "job", "s", p95_last, ()),
+        Figure("soak", "last / first p95", "holds" if holds else "DOES NOT HOLD", "x", p95_last / p95_first, ()),
+    ]
+    return figures, {**result, "p95_first_s": p95_first, "p95_last_s": p95_last, "holds": holds}
 
 
 # --- B5: growth ------------------------------------------------------------------------------------------------
@@ -437,6 +694,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=100.0, help="freshness: transactions a second (100)")
     parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
     parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")
+    parser.add_argument("--naive-tables", type=int, action="append",
+                        help="freshness: tables of the naive baseline's runs; repeatable (7)")
+    parser.add_argument("--naive-rows", type=int, default=5000,
+                        help="naive: rows of each of its 7 source tables (5,000: about 54,000 records)")
+    parser.add_argument("--backlog-rows", type=int, default=50_000,
+                        help="backlog: rows of each of its 7 source tables (50,000: about 537,000 records)")
+    parser.add_argument("--soak-minutes", type=float, default=30.0, help="soak: minutes of workload (30)")
     parser.add_argument("--baseline-ref", default="HEAD~1", help="job-runs: the git ref to compare with")
     parser.add_argument("--out", default=str(ROOT / ".bench"), help="folder for results.json and results.md")
     parser.add_argument("--smoke", action="store_true",
@@ -445,9 +709,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.smoke:
         args.runs, args.small, args.large, args.batch = (SMOKE[k] for k in ("runs", "small", "large", "batch"))
         args.rate, args.duration, args.tables = SMOKE["rate"], SMOKE["duration"], SMOKE["tables"]
-        args.scenario = args.scenario or ["ceiling", "freshness", "growth"]
-    args.scenario = args.scenario or list(SCENARIOS)
+        args.naive_tables, args.naive_rows, args.backlog_rows = SMOKE["tables"], SMOKE["naive_rows"], SMOKE[
+            "backlog_rows"]
+        args.scenario = args.scenario or ["ceiling", "naive", "freshness", "backlog", "growth"]
+    args.scenario = args.scenario or list(DEFAULT_SCENARIOS)
     args.tables = args.tables or [3, 7]
+    args.naive_tables = args.naive_tables or [7]
     if args.runs < 1 or args.batch < 1 or args.small < args.batch or args.large < args.small:
         parser.error("--runs >= 1, and --batch <= --small <= --large")
     return args
@@ -463,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
                                "spark_conf": {k: v for k, v in session_conf(config.spark, None).items()
                                               if not k.endswith("extraClassPath")}}
     started = time.monotonic()
-    if {"ceiling", "freshness", "growth"} & set(args.scenario):
+    if set(args.scenario) - {"job-runs"}:
         spark = build_session("bench", config.spark, config.metastore)
         spark.sparkContext.setLogLevel("ERROR")
         print("Spark settings:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(details["spark_conf"].items())))
@@ -471,8 +738,19 @@ def main(argv: list[str] | None = None) -> int:
             if "ceiling" in args.scenario:
                 found, details["ceiling"] = ceiling(spark, config, lake, args.runs)
                 figures += found
+            if "naive" in args.scenario:
+                found, details["naive"] = naive(spark, args.conf, config, lake, args)
+                figures += found
+                print("Hudi options of the naive baseline (each table):\n"
+                      + "\n".join(f"  {k}={v}" for k, v in details["naive"]["options"].items()))
             if "freshness" in args.scenario:
                 found, details["freshness"] = freshness_runs(spark, args.conf, lake, args)
+                figures += found
+            if "backlog" in args.scenario:
+                found, details["backlog"] = backlog(spark, args.conf, config, lake, args)
+                figures += found
+            if "soak" in args.scenario:
+                found, details["soak"] = soak(spark, args.conf, lake, args)
                 figures += found
             if "growth" in args.scenario:
                 found, details["growth"] = growth(spark, lake, args)

@@ -77,13 +77,24 @@ def test_a_smoke_run_measures_every_figure_and_cleans_up(
     for side in ("job", "parquet"):
         assert figures["ceiling", "batch events_per_s", side]["median"] > 0
     assert ("ceiling", "job throughput as a share of the ceiling", "job") in figures
-    fresh = report["details"]["freshness"]["3"]
-    assert fresh["transactions"] == 100 and len(fresh["series"]) == 100  # --smoke: 10 tx/s for 10 s
-    assert 0 < fresh["p50_s"] <= fresh["p95_s"] <= fresh["max_s"]
+    for run in ("3", "3 naive"):  # the job, then the naive baseline (B2) under the same workload
+        fresh = report["details"]["freshness"][run]
+        assert fresh["transactions"] == 100 and len(fresh["series"]) == 100  # --smoke: 10 tx/s for 10 s
+        assert 0 < fresh["p50_s"] <= fresh["p95_s"] <= fresh["max_s"]
+    assert ("freshness", "3 tables: naive p95 over the job's", "job") in figures
+    # B2: both sides over the same backlog (7 tables of 100 rows, a third updated, a tenth deleted), each equal to
+    # PostgreSQL at the end (the bench exits otherwise)
+    assert report["details"]["naive"]["records"] == 7 * (100 + 33 + 2 * 10)
+    assert report["details"]["naive"]["options"]["hoodie.datasource.write.precombine.field"] == "_lsn"
+    assert figures["naive", "job throughput over the naive baseline's", "job"]["median"] > 0
+    # B4: the backlog's memory peaks measured
+    backlog = report["details"]["backlog"]
+    assert backlog["records"] == 7 * (300 + 100 + 2 * 30)
+    assert backlog["jvm_rss_mb"] > 0 and backlog["python_rss_mb"] > 0 and backlog["events_per_s"] > 0
     for layout in ("cow", "mor", "mor-partitioned"):
         assert figures["growth", f"{layout} large / small", "ratio"]["median"] > 0
         assert "hoodie.datasource.write.recordkey.field" in report["details"]["growth"]["options"][layout]
     assert "| ceiling | job throughput as a share of the ceiling |" in (out / "results.md").read_text()
     assert list_files(spark, f"{lake}/silver/_bench") == []
     databases = {r[0] for r in spark.sql("show databases").collect()}
-    assert not {d for d in databases if d.startswith(("bench_job", "bench_parquet", "bench_growth"))}
+    assert not {d for d in databases if d.startswith("bench_")}

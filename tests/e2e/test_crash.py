@@ -7,9 +7,10 @@ batches, lake and checkpoint on S3; `events` is Merge-on-Read, compacting every 
 killed with SIGKILL again and again, each time restarted:
 
 - in its first minute on an empty lake, at random moments (its first batch creates the tables);
-- at every named pause point (devkit/pauses.py): `decode`, `bronze_written`, `between_tables`, `hudi_commit`
-  (inside a Hudi commit, markers present) and `tables_committed` (Spark has not recorded the batch: it
-  replays it); and during a compaction of `events`, seen on its timeline;
+- at every named pause point (devkit/pauses.py): `decode`, `bronze_written`, `ledger_written` (a table's delete
+  ledger holds the batch's facts, its Silver commit not yet), `between_tables`, `hudi_commit` (inside a Hudi
+  commit, markers present) and `tables_committed` (Spark has not recorded the batch: it replays it); and during
+  a compaction of `events`, seen on its timeline;
 - at random moments mid-batch.
 
 Each kill records what was in flight (inflight instants, marker folders, the tables the batch had committed),
@@ -43,8 +44,10 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
 
+from app.cdc.columns import LEDGER_FOLDER
 from app.sink.bronze import read_bronze
 from app.sink.lakefs import fs_and_path, list_files
+from app.sink.ledger import ledger_folders, read_ledger
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID, TESTING_JARS
 from tests.support.cdc import PG_DSN, debezium_connector, read_topic, wait_for_records
 from tests.support.pipeline import source_schema
@@ -56,7 +59,9 @@ SCHEMA = f"cr_{RUN_ID}"
 PREFIX = f"cr{RUN_ID}"
 DATABASE = f"cr_{RUN_ID}"
 TABLES = ("accounts", "transfers", "events")
-NAMED = ("decode", "bronze_written", "between_tables", "hudi_commit", "tables_committed", "compaction")
+NAMED = (
+    "decode", "bronze_written", "ledger_written", "between_tables", "hudi_commit", "tables_committed", "compaction",
+)
 # Random moments of the job's first minute on an empty lake (8-40 s after the start, then 0-20 s after the first
 # batch's first table line, while it creates the others), every named
 # point, a second round of the in-batch ones, and random moments mid-batch: 18 kills at least.
@@ -250,6 +255,8 @@ def precondition(point: str, reached: dict[str, Any], state: dict[str, Any]) -> 
         return any(p.startswith(instant) for p in accounts["pending"]) and instant in accounts["markers"]
     if point == "between_tables":
         return bool(reached["committed"]) and bool(reached["remaining"])
+    if point == "ledger_written":  # a complete folder of the batch's facts
+        return any(f.startswith(f"b{reached['batch_id']:012d}-") for f in state["ledger"])
     if point == "tables_committed":
         return bool(reached["committed"])
     return "batch_id" in reached
@@ -323,7 +330,7 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
 
 
 def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.Random) -> Kill:
-    armed = k.point if k.point in ("decode", "bronze_written", "between_tables", "hudi_commit",
+    armed = k.point if k.point in ("decode", "bronze_written", "ledger_written", "between_tables", "hudi_commit",
                                    "tables_committed") else ""
     process = job.start(armed)
     try:
@@ -334,6 +341,9 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
                 return k
             reached = json.loads(job.pause_file(armed).read_text())
             state = in_flight(spark, silver)
+            if armed == "ledger_written":
+                table = reached["table"].split(".", 1)[1]
+                state["ledger"] = ledger_folders(spark, f"{silver}/{DATABASE}/{LEDGER_FOLDER}/{table}")[0]
             k.observed = {"reached": reached, "in_flight": state}
             k.landed = "hit" if precondition(armed, reached, state) else "precondition not observed"
         elif k.point == "compaction":
@@ -376,8 +386,8 @@ C_SCHEMA = f"cc_{RUN_ID}"
 C_PREFIX = f"cc{RUN_ID}"
 C_DATABASE = f"cc_{RUN_ID}"
 # Written in this order within a batch (plans are sorted by topic), so each table is still new when its kills
-# come: a Copy-on-Write table, a Merge-on-Read table, a partitioned table (record-level index) and, last, the
-# delete ledger of d_led (written before d_led's own Silver commit).
+# come: a Copy-on-Write table, a Merge-on-Read table, a partitioned table (record-level index) and d_led, whose
+# deletes go to its delete ledger (Parquet folders, app/sink/ledger.py; killed at `ledger_written` by the test above).
 C_TABLES = ("a_cow", "b_mor", "c_part", "d_led")
 C_DDL = f"""
 create schema {C_SCHEMA};
@@ -427,13 +437,11 @@ PAUSING_FS = {
     "spark.hadoop.fs.s3a.impl": "io.cdclake.testing.PausingS3AFileSystem",
     "spark.hadoop.fs.file.impl": "io.cdclake.testing.PausingLocalFileSystem",
 }
-LEDGER = "ledger"  # d_led's delete ledger
 # (point, table): every creation point of each kind of table, in the order the job reaches them.
 CREATION_PLAN = [
     ("create_layout", "a_cow"), ("create_metadata", "a_cow"), ("create_first_commit", "a_cow"),
     ("create_layout", "b_mor"), ("create_metadata", "b_mor"), ("create_first_commit", "b_mor"),
     ("create_layout", "c_part"), ("create_record_index", "c_part"), ("create_first_commit", "c_part"),
-    ("create_layout", LEDGER), ("create_first_commit", LEDGER),
 ]
 
 
@@ -481,7 +489,6 @@ def test_kill_9_inside_table_creation_is_repaired_on_restart(
     lake = f"{lake_root}/crash-creation"
     silver = f"{lake}/silver"
     paths = {t: f"{silver}/{C_DATABASE}/{C_SCHEMA}_{t}" for t in C_TABLES}
-    paths[LEDGER] = f"{silver}/{C_DATABASE}/_cdc_delete_ledger/{C_SCHEMA}_d_led"
     conf = job_conf(lake, folder / "job.yaml", None, prefix=C_PREFIX, database=C_DATABASE, tables=C_TABLE_CONF,
                     spark_conf=PAUSING_FS, lake_settings=C_LAKE_SETTINGS)
     job = Job(conf, folder)
@@ -495,7 +502,7 @@ def test_kill_9_inside_table_creation_is_repaired_on_restart(
             wait_for_records(f"{C_PREFIX}.{C_SCHEMA}.{t}", count, timeout_s=120)
         for n, (point, table) in enumerate(CREATION_PLAN, start=1):
             k = Kill(n, f"{point}:{table}")
-            end = paths[table].split("/silver/", 1)[1]  # <database>/<table>, <database>/_cdc_delete_ledger/<table>
+            end = paths[table].split("/silver/", 1)[1]  # <database>/<table>
             process = job.start(point, available_now=True, table=end)
             try:
                 if wait(lambda: job.pause_file(point).exists(), process, 300, point, job):  # noqa: B023
@@ -524,7 +531,7 @@ def test_kill_9_inside_table_creation_is_repaired_on_restart(
         line for run in range(1, runs + 1) for line in (folder / f"job-{run}.log").read_text(errors="replace")
         .splitlines() if "creation at" in line and "was interrupted" in line
     ]
-    repaired_tables = {t for t in (*C_TABLES, LEDGER) for line in repairs if paths[t] + " " in line}
+    repaired_tables = {t for t in C_TABLES for line in repairs if paths[t] + " " in line}
     assert repaired_tables == {table for _, table in CREATION_PLAN}, repairs
 
     compared = {}
@@ -535,7 +542,9 @@ def test_kill_9_inside_table_creation_is_repaired_on_restart(
         expected_rows = sorted(tuple(r) for r in creation_source.execute(sql.format(s=C_SCHEMA)).fetchall())
         assert actual == expected_rows, f"{table}: Silver differs from PostgreSQL"
         compared[table] = len(expected_rows)
-    ledger_keys = {r.id for r in spark.read.format("hudi").load(paths[LEDGER]).select("id").collect()}
+    ledger_df = read_ledger(spark, f"{silver}/{C_DATABASE}/{LEDGER_FOLDER}/{C_SCHEMA}_d_led", ["id"])
+    assert ledger_df is not None
+    ledger_keys = {json.loads(r["_cdc_ledger_key"])["id"] for r in ledger_df.collect()}
     assert ledger_keys == {i for i in range(1, 41) if i % 5 == 0}, sorted(ledger_keys)
 
     bronze = read_bronze(spark, f"{lake}/bronze")
