@@ -577,8 +577,10 @@ class Upserts:
 
 # --- job runs: this code against a baseline ref ----------------------------------------------------------------
 
-def job_runs(config_file: str, lake: str, args: argparse.Namespace) -> tuple[list[Figure], dict[str, Any]]:
-    """`app/main.py --available-now` over the topics, here and at `--baseline-ref`, each run on a fresh lake."""
+def job_runs(spark: SparkSession, config_file: str, lake: str, args: argparse.Namespace
+             ) -> tuple[list[Figure], dict[str, Any]]:
+    """`app/main.py --available-now` over the topics, here and at `--baseline-ref`, each run on a fresh lake and
+    catalog database (dropped at the end)."""
     checkouts = {"head": ROOT}
     worktree = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline_ref],
@@ -622,6 +624,8 @@ def job_runs(config_file: str, lake: str, args: argparse.Namespace) -> tuple[lis
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
         shutil.rmtree(worktree, ignore_errors=True)
+        for n, name in enumerate(alternate(["head", "baseline"], args.runs)):
+            spark.sql(f"drop database if exists bench_runs_{name}{n + 1} cascade")
     figures = medians("job-runs", "available-now run", results, {"s": "s", "busy_cpu_s": "CPU-s"})
     speedup = statistics.median(r["s"] for r in results["baseline"]) / statistics.median(
         r["s"] for r in results["head"])
@@ -730,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
                                "spark_conf": {k: v for k, v in session_conf(config.spark, None).items()
                                               if not k.endswith("extraClassPath")}}
     started = time.monotonic()
-    if set(args.scenario) - {"job-runs"}:
+    if args.scenario:
         spark = build_session("bench", config.spark, config.metastore)
         spark.sparkContext.setLogLevel("ERROR")
         print("Spark settings:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(details["spark_conf"].items())))
@@ -757,11 +761,11 @@ def main(argv: list[str] | None = None) -> int:
                 figures += found
                 for layout, options in details["growth"]["options"].items():
                     print(f"Hudi options, {layout}:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(options.items())))
+            if "job-runs" in args.scenario:
+                found, details["job-runs"] = job_runs(spark, args.conf, lake, args)
+                figures += found
         finally:
             delete_path(spark, lake)
-    if "job-runs" in args.scenario:
-        found, details["job-runs"] = job_runs(args.conf, lake, args)
-        figures += found
     details["total_s"] = time.monotonic() - started
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
