@@ -31,11 +31,11 @@ as one `c` folder, and only then the merged folders (and any incomplete ones) re
 has its marker, the old ones stand; killed after, old and new hold the same facts until the next compaction.
 
 Retention: a deleted key's fact is kept for good: an older event can come back at any time (Bronze replays have
-no horizon), so there is no age after which dropping one is safe. One small row per deleted key: key columns,
-position and source time.
+no horizon), so there is no age after which dropping one is safe. One small row per deleted key: the key as
+JSON, position and source time.
 
 Until 2026-11 the ledger was a Hudi table at the same path; such a ledger is read once and turned into a folder
-of facts (`legacy_migrated`), then its Hudi files are removed.
+of facts (`migrate_legacy`), then its Hudi files are removed.
 
 One writer per table (this job): a second job or a replay writing the same table at the same time could race it.
 Soft-delete tables need no ledger: the deleted row stays, flagged, with its position (see app/cdc/unwrap.py).

@@ -23,7 +23,6 @@ import random
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,7 +32,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
-import yaml
 from pyspark.sql import SparkSession
 
 from app.config import load_config
@@ -127,17 +125,9 @@ class FreshnessRun:
         self.schema = source.schema
         self.zone = os.environ.get("TZ") or "UTC"
         self.root, self.database = f"{lake}/freshness/{source.prefix}{consumer}", f"bench_fresh_{source.prefix}"
-        conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
-        if consumer == "job":
-            conf.write_text(yaml.safe_dump(source.job_config(config_file, self.root, self.database)))
-            self.command = [sys.executable, "app/main.py", "--conf", str(conf)]
-            self.paths = [f"{self.root}/silver/{self.database}/{self.schema}_{t}" for t in source.table_names]
-        else:
-            conf.write_text(Path(config_file).read_text())
-            self.command = [sys.executable, "scripts/bench/naive.py", "--conf", str(conf), "--root", self.root,
-                            "--trigger-s", "1", *[a for topic in source.topics for a in ("--topic", topic)]]
-            self.paths = [f"{self.root}/silver/{t}" for t in source.table_names]
-        self.conf = conf
+        self.command, paths, self.conf = source.consumer(consumer, config_file, self.root, self.database,
+                                                         available_now=False)
+        self.paths = list(paths.values())
         self.watcher = TimelineWatcher(spark, self.paths, ZoneInfo(self.zone))
         self.job: subprocess.Popen[bytes] | None = None
         self.log_file = Path(tempfile.mkstemp(suffix=".log", prefix=f"bench-fresh-{consumer}-")[1])

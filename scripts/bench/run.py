@@ -83,6 +83,7 @@ from app.spark import build_session, session_conf  # noqa: E402
 from app.wire.registry import RegistryClient  # noqa: E402
 from app.wire.source import subscribe_pattern  # noqa: E402
 from scripts.bench.freshness import Workload, freshness  # noqa: E402
+from scripts.bench.naive import options as naive_options  # noqa: E402
 from scripts.bench.source import BenchSource  # noqa: E402
 
 SCENARIOS = ("ceiling", "naive", "freshness", "backlog", "growth", "job-runs", "soak")
@@ -353,19 +354,13 @@ class Consumers:
         self.conf_files: list[Path] = []
 
     def command(self, side: str, label: str) -> tuple[list[str], dict[str, str]]:
-        root = f"{self.lake}/{label}"
-        conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
-        self.conf_files.append(conf)
-        if side == "naive":
-            conf.write_text(Path(self.config_file).read_text())
-            topics = [a for topic in self.source.topics for a in ("--topic", topic)]
-            return ([sys.executable, "scripts/bench/naive.py", "--conf", str(conf), "--root", root,
-                     "--available-now", *topics], {t: f"{root}/silver/{t}" for t in self.source.table_names})
         database = f"bench_{label.replace('/', '_').replace('-', '_')}"
-        self.databases.append(database)
-        conf.write_text(yaml.safe_dump(self.source.job_config(self.config_file, root, database)))
-        return ([sys.executable, "app/main.py", "--conf", str(conf), "--available-now"],
-                {t: f"{root}/silver/{database}/{self.source.schema}_{t}" for t in self.source.table_names})
+        command, paths, conf = self.source.consumer(side, self.config_file, f"{self.lake}/{label}", database,
+                                                    available_now=True)
+        self.conf_files.append(conf)
+        if side == "job":
+            self.databases.append(database)
+        return command, paths
 
     def run(self, side: str, label: str, *, sample_memory: bool = False) -> dict[str, float]:
         """One run; exits the bench when a table then differs from PostgreSQL."""
@@ -426,7 +421,6 @@ def naive(spark: SparkSession, config_file: str, config: JobConfig, lake: str, a
     ratio = statistics.median(r["events_per_s"] for r in results["job"]) / statistics.median(
         r["events_per_s"] for r in results["naive"])
     figures.append(Figure("naive", "job throughput over the naive baseline's", "job", "x", ratio, ()))
-    from scripts.bench.naive import options as naive_options  # noqa: PLC0415 - its own process imports it too
     return figures, {"records": records, "tables": 7, "options": naive_options("<table>")}
 
 

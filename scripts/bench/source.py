@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -123,6 +125,24 @@ class BenchSource:
                             "checkpoint_path": f"{root}/checkpoint"})
         raw["trigger"] = {"processing_time": f"{trigger_s:g} second"}
         return raw
+
+    def consumer(self, side: str, config_file: str, root: str, database: str, *, available_now: bool
+                 ) -> tuple[list[str], dict[str, str], Path]:
+        """The command that reads this source's topics into a lake under `root` (run from the repository root):
+        the job (`side` "job", app/main.py, catalog database `database`) or the naive baseline ("naive",
+        scripts/bench/naive.py), `--available-now` or with a 1-second trigger; the Silver path of each table; the
+        config file written for it (the caller removes it)."""
+        conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
+        if side == "job":
+            conf.write_text(yaml.safe_dump(self.job_config(config_file, root, database)))
+            command = [sys.executable, "app/main.py", "--conf", str(conf)]
+            paths = {t: f"{root}/silver/{database}/{self.schema}_{t}" for t in self.table_names}
+            return command + (["--available-now"] if available_now else []), paths, conf
+        conf.write_text(Path(config_file).read_text())
+        command = [sys.executable, "scripts/bench/naive.py", "--conf", str(conf), "--root", root,
+                   *(["--available-now"] if available_now else ["--trigger-s", "1"]),
+                   *[a for topic in self.topics for a in ("--topic", topic)]]
+        return command, {t: f"{root}/silver/{t}" for t in self.table_names}, conf
 
     def differences(self, spark: SparkSession, paths: dict[str, str]) -> list[str]:
         """Tables whose Silver copy ({table: path}) differs from PostgreSQL on (id, tx, v, qty), updates and
