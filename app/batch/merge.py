@@ -100,8 +100,10 @@ def merged_plan(plans: list[TablePlan]) -> TablePlan:
     stats.schema_ids = sorted(summary.value_ids)
     target = next((p.target for p in plans if p.target is not None), None)
     carry = tuple(sorted({c for p in plans for c in p.carry_columns}))
+    dead = [p.dead_df for p in plans if p.dead_df is not None]
     return TablePlan(first.route, keys.pop() if keys else None, events_df, target, stats, summary, carry,
-                     routes=tuple(p.route for p in plans))
+                     routes=tuple(p.route for p in plans), dead_df=union(dead) if dead else None,
+                     source_df=first.source_df, key_schemas={k: v for p in plans for k, v in p.key_schemas.items()})
 
 
 def union(frames: Iterable[DataFrame]) -> DataFrame:

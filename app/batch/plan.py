@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from app.cdc.columns import BLOCKED_COL, INTERNAL_COLUMNS, OFFSET_COL, PARTITION_COL, REINSERT_COL, TOPIC_COL
+from app.cdc.columns import (
+    BLOCKED_COL,
+    ERROR_COL,
+    INTERNAL_COLUMNS,
+    OFFSET_COL,
+    PARTITION_COL,
+    POSITION_COL,
+    REINSERT_COL,
+    TOPIC_COL,
+)
 from app.cdc.unavailable import filter_current_rows, with_current_rows
 from app.cdc.unwrap import filter_latest, with_carried_values, with_latest_flag
 from app.errors import required
@@ -56,6 +65,11 @@ class TablePlan:
     summary: TopicSummary
     carry_columns: tuple[str, ...] = ()  # columns an event may leave out (app/cdc/unavailable.py)
     routes: tuple[TableRoute, ...] = ()  # every topic's route; () means just `route`
+    # Records found unusable before decoding (framing, unknown schema id), as `dead_coordinates`; those found
+    # later carry `_cdc_error` among the events.
+    dead_df: DataFrame | None = None
+    source_df: DataFrame | None = None  # the batch's framed records: the raw bytes of its dead letters
+    key_schemas: dict[SchemaRef, str] = field(default_factory=dict)  # the key schemas of its records, by id
 
     def __post_init__(self) -> None:
         if not self.routes:
@@ -105,6 +119,18 @@ class TablePlan:
         return filter_latest(self.carried_df(self.judged_df())).drop(
             *INTERNAL_COLUMNS, BLOCKED_COL, REINSERT_COL, TOPIC_COL
         )
+
+
+def dead_coordinates(framed_df: DataFrame, error: Column) -> DataFrame:
+    """Which records go to the dead letters and why: their topic, partition and offset (named as the events name
+    them), `_cdc_error`, and the source position (unknown before decoding)."""
+    return framed_df.select(
+        F.col("topic").alias(TOPIC_COL),
+        F.col("partition").alias(PARTITION_COL),
+        F.col("offset").alias(OFFSET_COL),
+        error.alias(ERROR_COL),
+        F.lit(None).cast("string").alias(POSITION_COL),
+    )
 
 
 @dataclass(frozen=True)

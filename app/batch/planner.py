@@ -4,6 +4,7 @@ the summary aggregate and the registry look-ups; writes nothing."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -12,29 +13,37 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 from app.batch.merge import check_merge_types, plans_per_table, union
-from app.batch.plan import BatchPlan, SkippedTopic, Slice, TablePlan, TopicSummary
+from app.batch.plan import BatchPlan, SkippedTopic, Slice, TablePlan, TopicSummary, dead_coordinates
 from app.cdc.debezium_types import placeholder_tests, reader_schema, with_debezium_types
 from app.cdc.position import CONNECTOR_KINDS, connector_kind
 from app.cdc.unwrap import (
+    NO_KEY_CHECK,
+    KeyCheck,
     filter_data_changes,
     flattened_layout,
     is_envelope,
     unwrap_envelope,
     unwrap_flattened,
+    with_event_errors,
     with_soft_deletes,
 )
 from app.config import JobConfig
-from app.errors import EnvelopeError, SchemaDecodeError, required
+from app.errors import EnvelopeError, RegistryError, SchemaDecodeError, required
 from app.routing.catalog import PartitionRoots, all_partition_roots
 from app.routing.route import TableRoute, route_topic, skip_reason
-from app.sink.hudi import HudiTarget
+from app.sink.hudi import HudiTarget, recorded_record_key
 from app.state.stats import TableBatchStats
-from app.wire.decode import decode_value, record_fields
+from app.wire.decode import decode_value, error_struct, record_fields
 from app.wire.framing import Framing, with_source_framings
-from app.wire.registry import RegistryClient, SchemaRef
+from app.wire.registry import HTTP_NOT_FOUND, RegistryClient, SchemaRef
 from app.wire.source import KAFKA_SCHEMA
 
 log = logging.getLogger(__name__)
+
+# Kinds of `_cdc_error` (app/cdc/columns.py) the planner finds before decoding.
+FRAMING = "framing"
+UNKNOWN_SCHEMA = "unknown_schema_id"
+UNKNOWN_SCHEMA_POLL_S = 5.0  # how often an unknown schema id is asked again during its grace period
 
 
 class Planner:
@@ -43,6 +52,7 @@ class Planner:
     def __init__(self, config: JobConfig, registry: RegistryClient) -> None:
         self.config = config
         self.registry = registry
+        self._unknown_since: dict[SchemaRef, float] = {}  # schema ids the registry answered 404 for: since when
 
     def plan(self, raw_df: DataFrame) -> BatchPlan:
         """What a batch writes, per table, without writing: the Silver frames and their targets.
@@ -63,7 +73,8 @@ class Planner:
                 s = summary.pop(topic)
                 skipped[topic] = SkippedTopic(reason, s.rows_in, s.offsets)
         roots = all_partition_roots(raw_df.sparkSession, self.config)
-        self._check_framing(framed_df, summary, roots)
+        if self.config.dead_letters.mode == "fail_fast":
+            self._check_framing(framed_df, summary, roots)
         topic_plans = [self._plan_topic(framed_df, topic, s, roots) for topic, s in sorted(summary.items())]
         return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots)
 
@@ -130,14 +141,29 @@ class Planner:
         stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids),
                                 topics=[topic] if route.source_partition or route.merged else [])
         stats.skipped = summary.tombstones
-        if not summary.value_ids:  # only tombstones
-            return TablePlan(route, None, None, None, stats, summary)
         topic_df = framed_df.filter(F.col("topic") == topic)
-        slices = [self._decode_slice(topic_df, ref, route) for ref in sorted(summary.value_ids)]
-        record_key = self._record_key(route, summary.key_ids)
+        dead = []
+        if summary.unframed:  # dead-letter mode only: fail-fast stopped at _check_framing
+            dead.append(dead_coordinates(
+                topic_df.filter(F.col("value_frame_error").isNotNull()),
+                error_struct(FRAMING, F.concat(F.lit("value "), F.col("value_frame_error"))),
+            ))
+        key_schemas: dict[SchemaRef, str] = {}
+        record_key, keys = self._record_key(route, summary.key_ids, framed_df.sparkSession, key_schemas)
+        slices = []
+        for ref in sorted(summary.value_ids):
+            decoded = self._decode_slice(topic_df, ref, route, keys)
+            if isinstance(decoded, Slice):
+                slices.append(decoded)
+            else:
+                dead.append(decoded)
+        dead_df = union(dead) if dead else None
         discriminator = route.discriminator
         if record_key is not None and discriminator is not None and discriminator.column not in record_key:
             record_key = (*record_key, discriminator.column)
+        if not slices:  # only tombstones, or records that cannot be decoded
+            return TablePlan(route, None, None, None, stats, summary, dead_df=dead_df, source_df=framed_df,
+                             key_schemas=key_schemas)
         target = None
         if record_key is not None:
             target = HudiTarget(
@@ -164,7 +190,8 @@ class Planner:
             value_columns = list(dict.fromkeys(c for s in slices for c in s.value_columns))
             events_df = events_df.transform(with_soft_deletes, target.record_key, value_columns)
             carry = [c for c in value_columns if c not in target.record_key]
-        return TablePlan(route, record_key, events_df, target, stats, summary, tuple(carry))
+        return TablePlan(route, record_key, events_df, target, stats, summary, tuple(carry), dead_df=dead_df,
+                         source_df=framed_df, key_schemas=key_schemas)
 
     def check_merges_at_start(self, spark: SparkSession, routes: list[TableRoute]) -> None:
         """Refuse, before the first batch, topics merged into one table whose latest value schemas disagree on a
@@ -199,13 +226,53 @@ class Planner:
             log.info("%s: %d merged topics agree on column types%s", table, len(schemas),
                      f"; no schema registered yet for {', '.join(unknown)}" if unknown else "")
 
-    def _decode_slice(self, topic_df: DataFrame, ref: SchemaRef, route: TableRoute) -> Slice:
-        schema_json = self.registry.get_schema(ref.id, ref.id_type)
+    def _decode_slice(
+        self, topic_df: DataFrame, ref: SchemaRef, route: TableRoute, keys: KeyCheck
+    ) -> Slice | DataFrame:
+        """The slice of one writer schema; its records' dead-letter coordinates instead when the registry does not
+        know the id (after the grace period, `_writer_schema`)."""
         slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
-        return self.events_slice(slice_df, schema_json, route, str(ref))
+        schema_json, error = self._writer_schema(ref)
+        if schema_json is None:
+            return dead_coordinates(slice_df, error_struct(UNKNOWN_SCHEMA, F.lit(str(error))))
+        return self.events_slice(slice_df, schema_json, route, str(ref), keys)
 
-    def events_slice(self, slice_df: DataFrame, schema_json: str, route: TableRoute, ref: str) -> Slice:
-        """Framed records of one writer schema -> its unwrapped, typed change events (lazy)."""
+    def _writer_schema(self, ref: SchemaRef) -> tuple[str | None, RegistryError | None]:
+        """A writer schema from the registry. An id it answers 404 for is asked again, backing off, until
+        `dead_letters.unknown_schema_grace_s` have passed since this process first met it (a lagging replica); then
+        (None, the error), or in fail-fast mode the error raised. Any other registry error is raised: the batch
+        fails and is read again at the next start, nothing goes to the dead letters.
+
+        Raises:
+            RegistryError: not a 404, or a 404 in fail-fast mode once the grace period is over.
+        """
+        grace = self.config.dead_letters.unknown_schema_grace_s
+        while True:
+            try:
+                schema_json = self.registry.get_schema(ref.id, ref.id_type)
+            except RegistryError as e:
+                if e.http_status != HTTP_NOT_FOUND:
+                    raise
+                waited = time.monotonic() - self._unknown_since.setdefault(ref, time.monotonic())
+                if waited >= grace:
+                    if self.config.dead_letters.mode == "fail_fast":
+                        raise
+                    log.error("schema %s is unknown to the registry after %.0f s: its records go to the dead "
+                              "letters (%s)", ref, waited, e)
+                    return None, e
+                pause = min(UNKNOWN_SCHEMA_POLL_S, grace - waited)
+                log.warning("schema %s: the registry does not know it (%.0f of %.0f s grace); asking again in "
+                            "%.1f s", ref, waited, grace, pause)
+                time.sleep(pause)
+                continue
+            self._unknown_since.pop(ref, None)
+            return schema_json, None
+
+    def events_slice(
+        self, slice_df: DataFrame, schema_json: str, route: TableRoute, ref: str, keys: KeyCheck = NO_KEY_CHECK
+    ) -> Slice:
+        """Framed records of one writer schema -> its unwrapped, typed change events (lazy); those the job cannot
+        apply carry `_cdc_error` (app/wire/decode.py, app/cdc/unwrap.py `with_event_errors`)."""
         topic = route.topic
         try:
             top_fields = record_fields(schema_json)
@@ -235,7 +302,8 @@ class Planner:
             )
         placeholders = placeholder_tests(value_fields, schema_json)
         value_columns = [f["name"] for f in value_fields]
-        decoded_df = decode_value(slice_df, reader_schema(schema_json))
+        decoded_df = decode_value(slice_df, reader_schema(schema_json), ref)
+        decoded_df = decoded_df.transform(with_event_errors, envelope, keys)
         if envelope:
             unwrapped_df = decoded_df.transform(filter_data_changes).transform(
                 unwrap_envelope, value_columns, connector, placeholders
@@ -245,22 +313,45 @@ class Planner:
         events_df = unwrapped_df.transform(with_debezium_types, value_fields, schema_json, connector)
         return Slice(events_df, tuple(value_columns), tuple(placeholders))
 
-    def _record_key(self, route: TableRoute, key_ids: set[SchemaRef]) -> tuple[str, ...] | None:
-        """Record key: the configured override, else the fields of the Debezium key schema.
+    def _record_key(
+        self, route: TableRoute, key_ids: set[SchemaRef], spark: SparkSession, key_schemas: dict[SchemaRef, str]
+    ) -> tuple[tuple[str, ...] | None, KeyCheck]:
+        """Record key: the configured override, else the fields of the Debezium key schema; and what a record's key
+        must be (`KeyCheck`). The key schemas found go to `key_schemas`.
 
-        None when no record of the batch has a key (truncate events only, or a table without a primary key).
+        The key is None when no record of the batch has a key (truncate events only, or a table without a primary
+        key). Key schemas whose fields are not the table's record key (as the table was created, else the newest
+        key schema's) are refused: their records go to the dead letters.
+
+        Raises:
+            EnvelopeError: fail-fast mode, and a key schema is refused.
         """
         if route.record_key:
-            return route.record_key
+            return route.record_key, NO_KEY_CHECK
         if not key_ids:
-            return None
-        key_sets = {
-            tuple(f["name"] for f in record_fields(self.registry.get_schema(ref.id, ref.id_type)))
-            for ref in sorted(key_ids)
-        }
-        if len(key_sets) > 1:
-            raise EnvelopeError(f"{route.topic}: key schemas {sorted(key_ids)} disagree on fields {sorted(key_sets)}")
-        return key_sets.pop()
+            return None, KeyCheck(required=True)
+        fields, refused = {}, {}
+        for ref in sorted(key_ids):
+            schema_json, error = self._writer_schema(ref)
+            if schema_json is None:
+                refused[(ref.id_type, ref.id)] = f"key schema {ref} is unknown to the registry: {error}"
+            else:
+                key_schemas[ref] = schema_json
+                fields[ref] = tuple(f["name"] for f in record_fields(schema_json))
+        if not fields:
+            return None, KeyCheck(required=True, refused=refused)
+        recorded = recorded_record_key(spark, self.config.lake.table_path(route.table, route.database))
+        discriminator = route.discriminator
+        if recorded is not None and discriminator is not None:
+            recorded = tuple(c for c in recorded if c != discriminator.column)
+        key = recorded if recorded is not None else fields[max(fields)]
+        refused.update({
+            (ref.id_type, ref.id): f"key schema {ref} has fields {list(names)}; the table's record key is {list(key)}"
+            for ref, names in fields.items() if names != key
+        })
+        if refused and self.config.dead_letters.mode == "fail_fast":
+            raise EnvelopeError(f"{route.topic}: {'; '.join(sorted(refused.values()))}")
+        return key, KeyCheck(required=True, refused=refused)
 
 
 def with_discriminator(events_df: DataFrame, route: TableRoute, config: JobConfig) -> DataFrame:

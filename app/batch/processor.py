@@ -140,7 +140,9 @@ class BatchProcessor:
         """The catalog databases of the batch's tables, created before their writer threads start: each table's
         meta sync creates a missing one, and two at once both create it (the metastore then holds the name twice
         and every later look-up of it fails)."""
-        for database in sorted({p.target.database for p in plan.tables if p.target is not None}):
+        # The dead-letter table's database too: any table's unit may write dead letters.
+        databases = {p.target.database for p in plan.tables if p.target is not None} | {self.config.lake.database}
+        for database in sorted(databases):
             if database not in self.databases and not spark.catalog.databaseExists(database):
                 log.info("creating catalog database %s", database)
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")

@@ -5,6 +5,9 @@
     ledger read    the delete ledger's keys (hard-delete tables), so an older event never revives a deleted row
     count          the latest event per key judged and counted (one aggregate over the persisted events); a row
                    to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first
+    dead letters   the events that cannot be applied (`_cdc_error`) and the records found unusable before decoding,
+                   to the dead-letter table, before the table's commit (app/sink/deadletters.py); in fail-fast
+                   mode the first of them stops the batch instead
     ledger write   deletes and re-inserts recorded in the ledger, before the table (app/sink/ledger.py)
     upsert         the Hudi write, its commit carrying the batch's offsets and highest position (app/sink/commit.py),
                    then Hudi's meta sync when the catalog can be behind (app/sink/metasync.py)
@@ -28,11 +31,16 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.utils import CapturedException
 
+from app.batch.merge import union
 from app.batch.plan import TablePlan
+from app.batch.planner import FRAMING
 from app.cdc.columns import (
     BLOCKED_COL,
+    ERROR_COL,
     INTERNAL_COLUMNS,
     LATEST_COL,
+    OFFSET_COL,
+    PARTITION_COL,
     POSITION_COL,
     REINSERT_COL,
     TOPIC_COL,
@@ -41,15 +49,16 @@ from app.cdc.columns import (
 from app.cdc.unavailable import is_pending, is_unresolved
 from app.cdc.unwrap import is_delete
 from app.config import JobConfig
-from app.errors import EnvelopeError, SinkWriteError, java_root_cause, required
+from app.errors import EnvelopeError, SchemaDecodeError, SinkWriteError, java_root_cause, required
 from app.hooks import Hooks
 from app.routing.route import check_owner
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed
+from app.sink.deadletters import SAMPLE_KEYS, DeadLetters, dead_letter_rows
 from app.sink.hudi import HudiTarget, sized_options, table_exists, write_silver
 from app.sink.ledger import compact_ledger, read_ledger, write_ledger
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
-from app.wire.decode import decode_error_from
+from app.wire.decode import DECODE, TRAILING_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +97,7 @@ class TableWriter:
         self.config = config
         self.hooks = hooks
         self.meta_sync = MetaSync(every_commit=config.lake.meta_sync == "every_commit")
+        self.dead_letters = DeadLetters(config)
 
     def write(self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None) -> None:
         """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit.
@@ -103,12 +113,15 @@ class TableWriter:
             if plan.events_df is not None and plan.target is None:
                 step.enter("keyless check", plan.stats.steps_s)
                 self._check_keyless(plan)
+                step.enter("dead letters", plan.stats.steps_s)
+                dead = self._write_dead_letters(plan, plan.events_df, step, query_id)
+                plan.stats.skipped = max(0, plan.stats.skipped - dead)
             elif plan.events_df is not None and plan.target is not None:
                 self._write_events(plan, plan.target, step, query_id)
+            elif plan.dead_df is not None:
+                step.enter("dead letters", plan.stats.steps_s)
+                self._write_dead_letters(plan, None, step, query_id)
         except (Py4JJavaError, CapturedException) as e:
-            decode_error = decode_error_from(e)
-            if decode_error is not None:
-                raise decode_error from e
             raise SinkWriteError(
                 f"batch {batch_id}: Hudi write of {plan.route.qualified_name} failed: {java_root_cause(e)}"
             ) from e
@@ -135,6 +148,10 @@ class TableWriter:
         try:
             step.enter("count", plan.stats.steps_s)
             judged_df, counts = self._judge(plan, target, judged_df)
+            step.enter("dead letters", plan.stats.steps_s)
+            dead = self._write_dead_letters(plan, judged_df if counts["poison"] else None, step, query_id)
+            # Records found unusable before decoding were counted as skipped (not among the events).
+            plan.stats.skipped = max(0, plan.stats.skipped - (dead - counts["poison"]))
             step.enter("ledger write", plan.stats.steps_s)
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/sink/ledger.py).
             if hard and (counts["deletes"] or counts["reinserts"]):
@@ -221,7 +238,7 @@ class TableWriter:
         stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
         stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
         # Rows that are neither tombstones nor data changes: truncate and logical-message events.
-        stats.skipped = max(0, plan.summary.rows_in - stats.replayed - counts["events"])
+        stats.skipped = max(0, plan.summary.rows_in - stats.replayed - counts["events"] - counts["poison"])
         stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
         if stats.unresolved:
             self._warn_unresolved(judged_df.filter(_written() & is_unresolved()), plan)
@@ -252,14 +269,70 @@ class TableWriter:
         )
 
     def _check_keyless(self, plan: TablePlan) -> None:
-        """No record in the batch had a key: fine for truncates and messages only, else the table has no key."""
-        if required(plan.events_df, f"{plan.route.qualified_name}: the events").limit(1).count():
+        """No record in the batch had a key: fine for truncates and messages only, else the table has no key: its
+        change events are dead letters (`missing_key`, with_event_errors), or stop the batch in fail-fast mode."""
+        if self.config.dead_letters.mode == "fail_fast" and required(
+            plan.events_df, f"{plan.route.qualified_name}: the events"
+        ).limit(1).count():
             route = plan.route
             key = self.config.table_setting_key(route.source, route.source_key, "record_key")
             raise EnvelopeError(
                 f"{route.topic}: change events without a key (a table without a primary key?); set {key}"
             )
         plan.stats.skipped = plan.summary.rows_in
+
+    def _write_dead_letters(
+        self, plan: TablePlan, events_df: DataFrame | None, step: Step, query_id: str
+    ) -> int:
+        """The plan's dead letters: its records found unusable before decoding, and its events in error among
+        `events_df` (when given); returns how many. In fail-fast mode the first of them is raised instead.
+
+        Raises:
+            SchemaDecodeError: fail-fast, and the first is a record that does not decode.
+            EnvelopeError: fail-fast, and the first is an event that cannot be applied.
+        """
+        coordinates = [] if plan.dead_df is None else [plan.dead_df]
+        if events_df is not None:
+            topic = F.col(TOPIC_COL) if TOPIC_COL in events_df.columns else F.lit(plan.route.topic)
+            coordinates.append(events_df.filter(F.col(ERROR_COL).isNotNull()).select(
+                topic.alias(TOPIC_COL), PARTITION_COL, OFFSET_COL, ERROR_COL, POSITION_COL,
+            ))
+        if not coordinates:
+            return 0
+        table = plan.route.qualified_name
+        rows_df = dead_letter_rows(union(coordinates), required(plan.source_df, f"{table}: the batch's records"),
+                                   table, plan.key_schemas, step.batch_id)
+        if self.config.dead_letters.mode == "fail_fast":
+            _raise_first(rows_df, table)
+        summary = self.dead_letters.write(rows_df, step.batch_id, query_id)
+        if not summary.records:
+            return 0
+        stats = plan.stats
+        stats.dead_letters, stats.dead_letter_kinds, stats.diverged_keys = summary.records, summary.kinds, summary.keys
+        log.warning(
+            "batch=%s table=%s dead letters=%d (%s) into %s; first: %s; diverged keys (%d): %s",
+            step.batch_id, table, summary.records, ", ".join(f"{k}={n}" for k, n in sorted(summary.kinds.items())),
+            self.dead_letters.target.qualified_name, summary.first, len(summary.keys),
+            ", ".join(summary.keys[:SAMPLE_KEYS]) + (" ..." if len(summary.keys) > SAMPLE_KEYS else ""),
+        )
+        return summary.records
+
+
+def _raise_first(rows_df: DataFrame, table: str) -> None:
+    """Fail-fast: raise the error of the first dead letter (by topic, partition, offset).
+
+    Raises:
+        SchemaDecodeError: its bytes do not decode (framing, Avro body).
+        EnvelopeError: any other.
+    """
+    first = rows_df.orderBy("topic", "kafka_partition", "kafka_offset").first()
+    if first is None:
+        return
+    topic, partition, offset = first["topic"], first["kafka_partition"], first["kafka_offset"]
+    kind, message = first["error_kind"], first["error_message"]
+    if kind in (DECODE, TRAILING_BYTES, FRAMING):
+        raise SchemaDecodeError(topic, partition, offset, first["schema_id"], f"{kind}: {message}")
+    raise EnvelopeError(f"{topic}[{partition}]@{offset} ({table}): {kind}: {message} (dead_letters.mode: fail_fast)")
 
 
 def _written() -> Column:
@@ -268,17 +341,19 @@ def _written() -> Column:
 
 
 def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """Events, and among the latest per key: upserts, deletes, blocked, re-inserts, pending (to be written but
-    lacking a value), unresolved, and the highest position written (`max_position`; with several `sources`,
-    {label: topics}, one per source as `max_position:<label>`). One aggregate."""
+    """Events (and those in error: poison), and among the latest per key: upserts, deletes, blocked, re-inserts,
+    pending (to be written but lacking a value), unresolved, and the highest position written (`max_position`;
+    with several `sources`, {label: topics}, one per source as `max_position:<label>`). One aggregate."""
     latest, deleted, blocked = F.col(LATEST_COL), is_delete(judged_df.columns), F.col(BLOCKED_COL)
+    good = F.col(ERROR_COL).isNull() if ERROR_COL in judged_df.columns else F.lit(True)
     per_source = [
         F.max(F.when(latest & ~blocked & F.col(TOPIC_COL).isin(topics), F.col(POSITION_COL)))
         .alias(f"max_position:{label}")
         for label, topics in sources.items()
     ] if sources and len(sources) > 1 else []
     row = judged_df.agg(
-        F.count(F.lit(1)).alias("events"),
+        F.count(F.when(good, 1)).alias("events"),
+        F.count(F.when(~good, 1)).alias("poison"),
         F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
         F.count(F.when(latest & deleted, 1)).alias("deletes"),
         F.count(F.when(latest & blocked, 1)).alias("blocked"),

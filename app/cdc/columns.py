@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from app.wire.decode import ERROR_COL as DECODE_ERROR_COL
+
 # Columns the pipeline adds to every Silver row.
 POSITION_COL: Final = "_cdc_position"  # the connector's source position, ordered as text (app/cdc/position.py)
 OP_COL: Final = "_cdc_op"
@@ -23,7 +25,11 @@ SOFT_DELETE_COLUMNS = (SOFT_DELETED_COL, SOFT_DELETED_AT_COL)
 UNAVAILABLE_COL: Final = "_cdc_unavailable"
 LATEST_COL: Final = "_cdc_is_latest"
 TOPIC_COL: Final = "_cdc_topic"  # a table fed by several topics (app/batch/merge.py): which one, until written
-INTERNAL_COLUMNS = (UNAVAILABLE_COL, LATEST_COL)
+# Why an event cannot be applied, struct<kind: string, message: string>; null for a good one. Spelled where the
+# decode sets it first (app/wire/decode.py, a lower layer); app/cdc/unwrap.py adds its own kinds. Such an event never
+# orders, carries or is written: it goes to the dead letters (app/sink/deadletters.py).
+ERROR_COL: Final = DECODE_ERROR_COL
+INTERNAL_COLUMNS = (UNAVAILABLE_COL, LATEST_COL, ERROR_COL)
 SEGMENT_COL: Final = "_cdc_segment"  # an event's place among its key's events (app/cdc/unwrap.py)
 
 # The delete ledger's verdict on each event (app/sink/ledger.py), and the ledger table's own position column.

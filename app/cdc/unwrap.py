@@ -1,6 +1,7 @@
 """Debezium envelope unwrap and in-batch ordering. Pure DataFrame -> DataFrame steps.
 
-    decoded envelope --filter_data_changes--> c/r/u/d only
+    decoded envelope --with_event_errors----> `_cdc_error` also for an op, image or key the job cannot apply
+                     --filter_data_changes--> c/r/u/d only (and every event in error, for the dead letters)
                      --unwrap_envelope-----> row image + _cdc_* columns + _hoodie_is_deleted, the ordering
                                              string (app/cdc/position.py), and the columns whose value the event
                                              does not carry (_cdc_unavailable: TOAST placeholders, nulled)
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
@@ -22,6 +24,7 @@ from pyspark.sql import functions as F
 
 from app.cdc.columns import (
     DELETED_COL,
+    ERROR_COL,
     LATEST_COL,
     OFFSET_COL,
     OP_COL,
@@ -35,6 +38,7 @@ from app.cdc.columns import (
 )
 from app.cdc.position import connector_kind, position_column
 from app.errors import EnvelopeError
+from app.wire.decode import error_struct, no_error
 
 OP_CREATE: Final = "c"
 OP_READ: Final = "r"  # snapshot read
@@ -52,14 +56,95 @@ UNAVAILABLE_PLACEHOLDER: Final = "__debezium_unavailable_value"
 PlaceholderTest = Callable[[Column], Column]
 
 
+# Kinds of `_cdc_error` (app/cdc/columns.py) found here, besides the decode's (app/wire/decode.py).
+UNKNOWN_OP: Final = "unknown_op"
+NULL_IMAGE: Final = "null_image"
+MISSING_KEY: Final = "missing_key"
+KEY_FRAMING: Final = "key_framing"
+KEY_SCHEMA: Final = "key_schema_mismatch"
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """What a record's Kafka key must be for its table. `required`: the table's record key comes from the
+    Debezium key (no `record_key` in config), so a data change needs a framed key. `refused`: key schema ids (by
+    framing id type and id) whose fields are not the table's record key, with the reason."""
+
+    required: bool = False
+    refused: Mapping[tuple[str, int], str] | None = None
+
+
+NO_KEY_CHECK: Final = KeyCheck()
+
+
 def filter_tombstones(df: DataFrame) -> DataFrame:
     """Drop Kafka tombstones (null value): Debezium emits one after each delete, for log compaction."""
     return df.filter(F.col("value").isNotNull())
 
 
+def with_event_errors(df: DataFrame, envelope: bool, keys: KeyCheck = NO_KEY_CHECK) -> DataFrame:
+    """Set `_cdc_error` (unless the decode set it) on a decoded event the job cannot apply: an op Debezium does not
+    send, a create/read/update without `after` or a delete without `before` (envelopes), a data change whose Kafka
+    key is missing or unframed where the table's key comes from it, a key of a refused key schema.
+
+    Args:
+        df: decoded rows: `envelope` (the envelope, or the flat record of the unwrap SMT), `key`, the key's framing
+            columns (app/wire/framing.py), `_cdc_error`.
+        envelope: whether `envelope` is a Debezium envelope (else a flattened event).
+    """
+    fields = set(df.select("envelope.*").columns)
+    if envelope:
+        op = F.col("envelope.op")
+    elif "__op" in fields:
+        op = F.when(F.lower(F.col(f"envelope.{FLAT_DELETED}").cast("string")) == "true", F.lit(OP_DELETE)).otherwise(
+            F.col("envelope.__op"))
+    else:
+        op = F.lit(OP_UPDATE)
+    data = op.isin(*DATA_OPS)
+    error = F.when(_error(df).isNotNull(), _error(df)).when(
+        op.isNull() | ~op.isin(*DATA_OPS, *SKIPPED_OPS),
+        error_struct(UNKNOWN_OP, F.format_string("op %s is none of Debezium's (c, r, u, d, t, m)",
+                                                 F.coalesce(op, F.lit("null")))),
+    )
+    if envelope:
+        error = error.when(
+            op.isin(OP_CREATE, OP_READ, OP_UPDATE) & F.col("envelope.after").isNull(),
+            error_struct(NULL_IMAGE, F.format_string("op %s without an after image", op)),
+        ).when(
+            (op == OP_DELETE) & F.col("envelope.before").isNull(),
+            error_struct(NULL_IMAGE, F.lit("op d without a before image")),
+        )
+    if keys.required:
+        error = error.when(
+            data & F.col("key").isNull(),
+            error_struct(MISSING_KEY, F.lit(
+                "no Kafka key, and the table's record key comes from the Debezium key (a table without a primary "
+                "key needs record_key in config)")),
+        ).when(
+            data & F.col("key_frame_error").isNotNull(),
+            error_struct(KEY_FRAMING, F.concat(F.lit("key "), F.col("key_frame_error"))),
+        )
+    for (id_type, key_id), reason in sorted((keys.refused or {}).items()):
+        error = error.when(
+            data & (F.col("key_id_type") == id_type) & (F.col("key_schema_id") == key_id),
+            error_struct(KEY_SCHEMA, F.lit(reason)),
+        )
+    return df.withColumn(ERROR_COL, error.otherwise(no_error()))
+
+
 def filter_data_changes(df: DataFrame) -> DataFrame:
-    """Keep create/read/update/delete events; truncate and logical-message events carry no row."""
-    return df.filter(F.col("envelope.op").isin(*DATA_OPS))
+    """Keep create/read/update/delete events, and every event in error (for the dead letters); truncate and
+    logical-message events carry no row."""
+    return df.filter(_error(df).isNotNull() | F.col("envelope.op").isin(*DATA_OPS))
+
+
+def _error(df: DataFrame) -> Column:
+    """The rows' `_cdc_error`; none when the frame has no such column (a frame not from decode_value)."""
+    return F.col(ERROR_COL) if ERROR_COL in df.columns else no_error()
+
+
+def _kept_error(df: DataFrame) -> list[Column]:
+    return [F.col(ERROR_COL)] if ERROR_COL in df.columns else []
 
 
 def unwrap_envelope(
@@ -74,7 +159,8 @@ def unwrap_envelope(
     columns: the rest become null in the delete row, which a hard delete drops anyway).
 
     Args:
-        df: rows with `envelope` (decoded Debezium Envelope), `partition`, `offset`.
+        df: rows with `envelope` (decoded Debezium Envelope), `partition`, `offset`, `_cdc_error`
+            (with_event_errors).
         value_columns: the Value record's field names, in writer-schema order.
         connector: which connector's source position to read (app/cdc/position.py `connector_kind`).
         placeholders: per column that can hold Debezium's unavailable-value placeholder, the test for it. A
@@ -104,6 +190,7 @@ def unwrap_envelope(
         F.col("offset").alias(OFFSET_COL),
         is_delete.alias(DELETED_COL),
         _names_where(unavailable).alias(UNAVAILABLE_COL),
+        *_kept_error(df),
     )
 
 
@@ -166,7 +253,7 @@ def unwrap_flattened(
     `__source_ts_ms` when added. Rows of other ops than c/r/u/d are dropped.
 
     Args:
-        df: rows with `envelope` (the decoded flat record), `partition`, `offset`.
+        df: rows with `envelope` (the decoded flat record), `partition`, `offset`, `_cdc_error` (with_event_errors).
     """
     fields = set(df.select("envelope.*").columns)
     flat = F.col("envelope")
@@ -183,7 +270,7 @@ def unwrap_flattened(
         else flat[name].alias(name)
         for name in value_columns
     ]
-    return df.filter(op.isin(*DATA_OPS)).select(
+    return df.filter(_error(df).isNotNull() | op.isin(*DATA_OPS)).select(
         *columns,
         op.alias(OP_COL),
         position_column(source, connector).alias(POSITION_COL),
@@ -192,6 +279,7 @@ def unwrap_flattened(
         F.col("offset").alias(OFFSET_COL),
         deleted.alias(DELETED_COL),
         _names_where(unavailable).alias(UNAVAILABLE_COL),
+        *_kept_error(df),
     )
 
 
@@ -233,8 +321,14 @@ def is_delete(columns: Sequence[str]) -> Column:
     return delete
 
 
-def _source_order(key_columns: Sequence[str]) -> WindowSpec:
-    return Window.partitionBy(*key_columns).orderBy(F.col(POSITION_COL), F.col(OFFSET_COL))
+def _key_groups(key_columns: Sequence[str], columns: Sequence[str]) -> list[Column]:
+    """A key's events, apart from its events in error (`_cdc_error`): those never order, give or take a value."""
+    groups = [F.col(c) for c in key_columns]
+    return [*groups, F.col(ERROR_COL).isNull()] if ERROR_COL in columns else groups
+
+
+def _source_order(key_columns: Sequence[str], columns: Sequence[str]) -> WindowSpec:
+    return Window.partitionBy(*_key_groups(key_columns, columns)).orderBy(F.col(POSITION_COL), F.col(OFFSET_COL))
 
 
 def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequence[str]) -> DataFrame:
@@ -255,12 +349,12 @@ def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequ
     # key) starts a new segment and never takes a value from the delete or from before it. A delete after a
     # delete (a redelivered one, or a soft-deleted current row) stays in the segment and keeps its values.
     delete = is_delete(df.columns)
-    order = _source_order(key_columns)
+    order = _source_order(key_columns, df.columns)
     restart = ~delete & F.coalesce(F.lag(delete).over(order), F.lit(False))
     segmented = df.withColumn(
         SEGMENT_COL, F.sum(restart.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0))
     )
-    earlier = _source_order([*key_columns, SEGMENT_COL]).rowsBetween(Window.unboundedPreceding, -1)
+    earlier = _source_order([*key_columns, SEGMENT_COL], df.columns).rowsBetween(Window.unboundedPreceding, -1)
     listed = {c: F.array_contains(F.col(UNAVAILABLE_COL), c) for c in columns}
     previous = {
         c: F.last(F.when(~listed[c], F.struct(F.col(c).alias("v"))), ignorenulls=True).over(earlier)
@@ -277,14 +371,18 @@ def with_carried_values(df: DataFrame, key_columns: Sequence[str], columns: Sequ
 
 
 def with_latest_flag(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
-    """Flag the latest event per record key: highest position, ties broken by the higher Kafka offset.
+    """Flag the latest event per record key: highest position, ties broken by the higher Kafka offset. An event in
+    error (`_cdc_error`) is never the latest, nor does it hide the latest good one.
 
     Hudi's precombine orders on the position alone; the offset tie-break needs the window.
     """
-    order = Window.partitionBy(*key_columns).orderBy(
+    order = Window.partitionBy(*_key_groups(key_columns, df.columns)).orderBy(
         F.col(POSITION_COL).desc_nulls_last(), F.col(OFFSET_COL).desc()
     )
-    return df.withColumn(LATEST_COL, F.row_number().over(order) == 1)
+    latest = F.row_number().over(order) == 1
+    if ERROR_COL in df.columns:
+        latest = latest & F.col(ERROR_COL).isNull()
+    return df.withColumn(LATEST_COL, latest)
 
 
 def filter_latest(flagged_df: DataFrame) -> DataFrame:

@@ -7,6 +7,7 @@ from app.config.load import load_config, parse_config, read_config_text
 from app.config.model import (
     AUTH_FIELDS,
     ConnectorName,
+    DeadLetterConfig,
     DeleteMode,
     DiscriminatorConfig,
     FramingMode,
@@ -27,8 +28,8 @@ from app.config.model import (
 from app.config.partitions import PartitionSpec
 
 __all__ = [
-    "AUTH_FIELDS", "ConnectorName", "DeleteMode", "DiscriminatorConfig", "FramingMode", "IdType", "JobConfig",
-    "KafkaConfig", "LakeConfig", "MetastoreConfig", "PartitionSpec", "RegistryAuthConfig", "RegistryConfig",
-    "SourceCatalogConfig", "SourceConfig", "SparkConfig", "TableConfig", "TableType", "TriggerConfig",
+    "AUTH_FIELDS", "ConnectorName", "DeadLetterConfig", "DeleteMode", "DiscriminatorConfig", "FramingMode", "IdType",
+    "JobConfig", "KafkaConfig", "LakeConfig", "MetastoreConfig", "PartitionSpec", "RegistryAuthConfig",
+    "RegistryConfig", "SourceCatalogConfig", "SourceConfig", "SparkConfig", "TableConfig", "TableType", "TriggerConfig",
     "load_config", "parse_config", "read_config_text",
 ]

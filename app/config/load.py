@@ -182,6 +182,10 @@ def _check_semantics(config: JobConfig) -> None:
         raise ConfigError("lake.retain_commits", "must be >= 1")
     if config.lake.table_writers < 1:
         raise ConfigError("lake.table_writers", "must be >= 1 (1: one table after another)")
+    if not _IDENTIFIER.fullmatch(config.dead_letters.table):
+        raise ConfigError("dead_letters.table", f"not a valid table name: {config.dead_letters.table!r}")
+    if config.dead_letters.unknown_schema_grace_s < 0:
+        raise ConfigError("dead_letters.unknown_schema_grace_s", "must be >= 0")
 
 
 def _check_registry(config: JobConfig) -> None:

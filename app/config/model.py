@@ -200,6 +200,23 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class DeadLetterConfig:
+    """What happens to a record the job cannot decode or apply (docs/when-things-go-wrong.md "Dead letters").
+
+    `dead_letter`: it goes to the dead-letter table `<lake.silver_path>/<lake.database>/<table>` (a Hudi table in
+    the catalog like the others, one row per Kafka record) and every table keeps flowing. `fail_fast`: the batch
+    stops with an error naming the record, and so does every restart until the record is dealt with.
+    """
+
+    mode: Literal["dead_letter", "fail_fast"] = "dead_letter"
+    table: str = "cdc_dead_letters"
+    # A schema id the registry answers 404 for is asked again (backing off) for this long after it was first
+    # seen, since a registry replica can lag behind the one the producer registered with; then its records are
+    # dead letters.
+    unknown_schema_grace_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class TriggerConfig:
     processing_time: str = "30 seconds"
 
@@ -218,6 +235,7 @@ class JobConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
     tables: dict[str, TableConfig] = field(default_factory=dict)
+    dead_letters: DeadLetterConfig = field(default_factory=DeadLetterConfig)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @property

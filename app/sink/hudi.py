@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from app.cdc.columns import DELETED_COL, LEDGER_FOLDER, POSITION_COL
 from app.config import PartitionSpec
 from app.sink.creation import repair_interrupted_creation
-from app.sink.lakefs import list_files
+from app.sink.lakefs import fs_and_path, list_files
 from app.spark import jvm_class
 
 log = logging.getLogger(__name__)
@@ -214,6 +214,32 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     fs = completed.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     found = fs.globStatus(completed)
     return found is not None and len(found) > 0
+
+
+_RECORDED_KEYS: dict[str, tuple[str, ...]] = {}  # table path -> its record key; a table's key never changes
+
+
+def recorded_record_key(spark: SparkSession, path: str) -> tuple[str, ...] | None:
+    """The record key fields a Hudi table was created with (`hoodie.table.recordkey.fields` in its
+    hoodie.properties); None when there is no table there yet. Read once per table and process."""
+    known = _RECORDED_KEYS.get(path)
+    if known is not None:
+        return known
+    fs, properties = fs_and_path(spark, f"{path.rstrip('/')}/.hoodie/hoodie.properties")
+    if not fs.exists(properties):
+        return None
+    stream = fs.open(properties)
+    try:
+        props = jvm_class(spark, "java.util.Properties")()
+        props.load(stream)
+    finally:
+        stream.close()
+    fields = props.getProperty("hoodie.table.recordkey.fields")
+    if not fields:
+        return None
+    key = tuple(f.strip() for f in str(fields).split(","))
+    _RECORDED_KEYS[path] = key
+    return key
 
 
 COMMIT_ACTIONS = ("commit", "deltacommit", "replacecommit")

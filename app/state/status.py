@@ -10,6 +10,9 @@ It says what the log says, in one place:
   change topics; Bronze keeps their records like every other);
 - `stale_tables`: Silver tables of the job's databases that no subscribed topic feeds any longer (such as the
   tables of a partitioned table's partitions, made before `catalog` was set), and why;
+- `dead_letters`: per Silver table, the records sent to the dead letters so far (app/sink/deadletters.py), per
+  error kind, and the record keys they concern: the table's diverged keys, whose Silver row may differ from the
+  source until a replay or a re-snapshot (docs/when-things-go-wrong.md "Dead letters");
 - `last_batch` and `failure`: the latest batch's id, time, duration and tables, and the error that stopped the
   job, if one did.
 
@@ -39,6 +42,7 @@ from app.state.stats import TableBatchStats
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
+MAX_DIVERGED_KEYS = 1000  # diverged keys listed per table; `diverged_keys_truncated` says when there are more
 
 
 def status_path(config: JobConfig) -> str:
@@ -70,6 +74,7 @@ class JobStatus:
     stale_tables: dict[str, str] = field(default_factory=dict)
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dead_letters: dict[str, dict[str, Any]] = field(default_factory=dict)
     batches: int = 0
     last_batch: dict[str, Any] | None = None
     failure: str | None = None
@@ -102,8 +107,10 @@ class JobStatus:
             self.tables[s.table] = {
                 "batch_id": batch_id, "at": at,
                 **{k: (list(map(str, v)) if k == "schema_ids" else v) for k, v in dataclasses.asdict(s).items()
-                   if k != "table"},
+                   if k not in ("table", "diverged_keys")},
             }
+            if s.dead_letters:
+                self._record_dead_letters(s, batch_id, at)
         for topic, (reason, records) in skipped.items():
             self.skipped_topics[topic] = {"reason": reason, "batch_id": batch_id, "at": at, "records": records}
         self.batches += 1
@@ -111,6 +118,17 @@ class JobStatus:
                            "skipped_topics": sorted(skipped)}
         self.failure = None
         self.failed_at = None
+
+    def _record_dead_letters(self, s: TableBatchStats, batch_id: int, at: str) -> None:
+        entry = self.dead_letters.setdefault(s.table, {"records": 0, "kinds": {}, "diverged_keys": [],
+                                                       "diverged_keys_truncated": False})
+        entry["records"] += s.dead_letters
+        for kind, n in s.dead_letter_kinds.items():
+            entry["kinds"][kind] = entry["kinds"].get(kind, 0) + n
+        keys = sorted(set(entry["diverged_keys"]) | set(s.diverged_keys))
+        entry["diverged_keys_truncated"] = entry["diverged_keys_truncated"] or len(keys) > MAX_DIVERGED_KEYS
+        entry["diverged_keys"] = keys[:MAX_DIVERGED_KEYS]
+        entry["last_batch_id"], entry["at"] = batch_id, at
 
     def record_failure(
         self, error: BaseException, batch_id: int | None = None, table: str | None = None, step: str | None = None
@@ -139,7 +157,8 @@ def load_status(spark: SparkSession, config: JobConfig) -> JobStatus:
             return JobStatus()
         row = spark.read.text(location, wholetext=True).first()
         raw = json.loads(row[0]) if row is not None else {}
-        return JobStatus(tables=dict(raw.get("tables", {})), skipped_topics=dict(raw.get("skipped_topics", {})))
+        return JobStatus(tables=dict(raw.get("tables", {})), skipped_topics=dict(raw.get("skipped_topics", {})),
+                         dead_letters=dict(raw.get("dead_letters", {})))
     except (Py4JError, CapturedException, ValueError, AttributeError) as e:
         log.warning("previous status at %s not read (%s): starting a new one", location, e)
         return JobStatus()

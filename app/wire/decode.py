@@ -3,58 +3,80 @@
 A batch can hold several writer schema ids for one topic (a column added mid-stream), so the caller decodes
 each (topic, id) slice with that id's schema and unions the results after unwrapping.
 
-An undecodable body must stop the batch with a message naming the record. `from_avro` in PERMISSIVE mode
-does not return null for a record schema: it returns a row whose fields are all null, even the ones the
-schema declares non-null. Such a row is the failure marker; `raise_error` then fails the task with the
-record's coordinates, and `decode_error_from` turns that message back into a typed error on the driver. No
-extra Spark action is spent on the check.
+A body that does not match its writer schema must not pass as data. Two ways it shows:
+- `from_avro` in PERMISSIVE mode cannot read it. For a record schema it then returns a row whose fields are all
+  null, even the ones the schema declares non-null, not a null: such a row is the failure marker (`decode`).
+- `from_avro` reads it, but not to its end: Avro's decoder never checks that every byte was consumed, so a body
+  of another schema, or one with bytes appended, can decode into plausible values. Binary Avro is canonical (one
+  encoding per value, as every Avro writer emits it), so the decoded value encoded again with the same schema
+  (`to_avro`) is exactly as long as the body it came from; any other length marks the body (`trailing_bytes`).
+Either way the row's `_cdc_error` (app/cdc/columns.py) says so (the envelope of a body that does not decode is null)
+and the caller sends it to the dead letters (or stops, in fail-fast mode). No extra Spark action is spent on the checks.
 """
 from __future__ import annotations
 
 import json
 import operator
-import re
 from functools import reduce
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import from_avro
+from pyspark.sql.avro.functions import from_avro, to_avro
 
-from app.errors import SchemaDecodeError
-
-DECODE_ERROR_TAG = "CDC_DECODE_ERROR"
+# Why a record's event cannot be applied (app/cdc/columns.py names it with the job's other columns).
+ERROR_COL: Final = "_cdc_error"
 _DECODED = "_cdc_decoded"  # the body decoded, before its check; dropped again by decode_value
-_DECODE_ERROR_RE = re.compile(
-    DECODE_ERROR_TAG + r" topic=(?P<topic>\S+) partition=(?P<partition>\d+) offset=(?P<offset>\d+) "
-    r"schema_id=(?P<schema_id>\d+)"
-)
+
+# Kinds of error an event can carry in `_cdc_error`, and what each means (docs/when-things-go-wrong.md).
+DECODE: str = "decode"
+TRAILING_BYTES: str = "trailing_bytes"
 
 
-def decode_value(df: DataFrame, schema_json: str) -> DataFrame:
-    """Decode `value_payload` with the writer schema into a struct column `envelope`.
+def error_struct(kind: str | Column, message: Column) -> Column:
+    """The `_cdc_error` value: struct<kind, message>."""
+    kind_col = F.lit(kind) if isinstance(kind, str) else kind
+    return F.struct(kind_col.alias("kind"), message.alias("message"))
 
-    Rows must all carry the writer schema id the schema belongs to. Raises (when the plan runs) a Spark
-    error tagged CDC_DECODE_ERROR naming topic, partition, offset and schema id for an undecodable body.
+
+ERROR_TYPE = "struct<kind:string,message:string>"
+
+
+def no_error() -> Column:
+    """The `_cdc_error` of a good event."""
+    return F.lit(None).cast(ERROR_TYPE)
+
+
+def decode_value(df: DataFrame, schema_json: str, ref: str = "") -> DataFrame:
+    """Decode `value_payload` with the writer schema into a struct column `envelope`, and set `_cdc_error` where
+    the body does not match it (module docstring); `ref` names the writer schema in that message.
+
+    Rows must all carry the writer schema id the schema belongs to.
     """
-    # Decoded in a projection of its own and checked in the next: the check reads one `from_avro` (Spark does
-    # not inline a costly expression used twice) instead of a copy per condition. The checked column is marked
+    # Decoded in a projection of its own and checked in the next: the checks read one `from_avro` (Spark does
+    # not inline a costly expression used twice) instead of a copy per condition. `envelope` is marked
     # nondeterministic (a branch on spark_partition_id() that never matches): Spark pushes no filter through a
     # projection holding such a column, so a filter on `envelope` (the op filter, unwrap's) reads the decoded
     # value instead of copying `from_avro` into its condition once per reference (five copies, each building
     # its Avro reader and a Hadoop configuration per task).
     df = df.withColumn(_DECODED, from_avro(F.col("value_payload"), schema_json, {"mode": "PERMISSIVE"}))
-    decoded = F.col(_DECODED)
-    failure = F.raise_error(
-        F.format_string(
-            DECODE_ERROR_TAG + " topic=%s partition=%d offset=%d schema_id=%d",
-            F.col("topic"), F.col("partition"), F.col("offset"), F.col("value_schema_id"),
+    decoded, payload = F.col(_DECODED), F.col("value_payload")
+    failed = payload.isNotNull() & _decode_failed(decoded, schema_json)
+    # CASE evaluates lazily: the failure marker (nulls in non-null fields) is never handed to to_avro.
+    encoded_length = F.length(to_avro(decoded, schema_json))
+    error = (
+        F.when(failed, error_struct(DECODE, F.lit(f"the Avro body does not decode with writer schema {ref}")))
+        .when(
+            payload.isNotNull() & (encoded_length != F.length(payload)),
+            error_struct(TRAILING_BYTES, F.format_string(
+                f"writer schema {ref} reads %d of the body's %d bytes: the body is not of that schema",
+                encoded_length, F.length(payload),
+            )),
         )
     )
-    # raise_error is typed null; the CASE takes the struct type from the decoded branch.
-    checked = F.when(_decode_failed(decoded, schema_json) & F.col("value_payload").isNotNull(), failure)
     barrier = F.spark_partition_id() < 0  # never true; nondeterministic (see above)
-    return df.withColumn("envelope", checked.when(barrier, F.lit(None)).otherwise(decoded)).drop(_DECODED)
+    envelope = F.when(barrier | failed, F.lit(None)).otherwise(decoded)
+    return df.select("*", envelope.alias("envelope"), error.alias(ERROR_COL)).drop(_DECODED)
 
 
 def _decode_failed(decoded: Column, schema_json: str) -> Column:
@@ -76,17 +98,6 @@ def _is_nullable(avro_type: Any) -> bool:
     if isinstance(avro_type, list):
         return any(_is_nullable(t) for t in avro_type)
     return avro_type == "null" or (isinstance(avro_type, dict) and avro_type.get("type") == "null")
-
-
-def decode_error_from(exc: BaseException) -> SchemaDecodeError | None:
-    """The SchemaDecodeError carried by a Spark failure of `decode_value`, or None for other failures."""
-    match = _DECODE_ERROR_RE.search(str(exc))
-    if match is None:
-        return None
-    return SchemaDecodeError(
-        match["topic"], int(match["partition"]), int(match["offset"]), int(match["schema_id"]),
-        "the Avro body does not match its writer schema",
-    )
 
 
 def record_fields(schema_json: str, field_name: str | None = None) -> list[dict[str, Any]]:

@@ -1,8 +1,17 @@
-"""Bad input stops the job with an error naming the record: undecodable body, unknown schema id, no framing."""
+"""Bad input through the job on the real stack (Kafka, the registry, Hudi on the stack's S3 server).
+
+Dead-letter mode (the default): every poison kind goes to the dead-letter table, once, with its bytes and why; the
+other records of its table and every other table keep flowing; a later event of a key with a dead-lettered change
+still applies; status.json lists that key as diverged. Fail-fast mode: the job stops, naming the record.
+"""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
 
 import fastavro
 import pytest
@@ -11,21 +20,26 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from app.batch.processor import BatchProcessor
-from app.config import JobConfig
-from app.errors import RegistryError, SchemaDecodeError
+from app.config import DeadLetterConfig, JobConfig
+from app.errors import EnvelopeError, RegistryError, SchemaDecodeError
 from app.job import await_query, start_query
+from app.sink.deadletters import dead_letter_target
+from app.state.status import read_status, status_path
 from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, REGISTRY_URL, job_config_for
 
 pytestmark = pytest.mark.stack
 
+UNKNOWN_ID = 2_000_000_000
 
-def _schemas(namespace: str) -> tuple[dict, dict]:
+
+def _schemas(namespace: str, value_fields: list[dict[str, Any]] | None = None) -> tuple[dict, dict]:
+    fields = value_fields or [{"name": "id", "type": "int"}]
     value = {
         "type": "record", "name": "Envelope", "namespace": namespace, "fields": [
-            {"name": "before", "type": ["null", {"type": "record", "name": "Value",
-                                                 "fields": [{"name": "id", "type": "int"}]}], "default": None},
+            {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": fields}],
+             "default": None},
             {"name": "after", "type": ["null", "Value"], "default": None},
             {"name": "source", "type": {"type": "record", "name": "Source", "fields": [
                 {"name": "lsn", "type": ["null", "long"], "default": None}, {"name": "ts_ms", "type": "long"}]}},
@@ -37,9 +51,11 @@ def _schemas(namespace: str) -> tuple[dict, dict]:
 
 
 def _register(artifact_id: str, schema: dict) -> int:
-    body = {"artifactId": artifact_id, "artifactType": "AVRO",
-            "firstVersion": {"content": {"content": json.dumps(schema), "contentType": "application/json"}}}
-    r = requests.post(f"{REGISTRY_URL}/apis/registry/v3/groups/default/artifacts", json=body, timeout=10)
+    """Register a schema (a new artifact, or a new version of one); returns its contentId."""
+    content = {"content": json.dumps(schema), "contentType": "application/json"}
+    body = {"artifactId": artifact_id, "artifactType": "AVRO", "firstVersion": {"content": content}}
+    r = requests.post(f"{REGISTRY_URL}/apis/registry/v3/groups/default/artifacts", json=body, timeout=10,
+                      params={"ifExists": "FIND_OR_CREATE_VERSION"})
     r.raise_for_status()
     return int(r.json()["version"]["contentId"])
 
@@ -51,16 +67,176 @@ def _framed(schema_id: int, schema: dict, record: dict) -> bytes:
     return out.getvalue()
 
 
-def _run_job(spark: SparkSession, local_config: JobConfig, prefix: str, lake: str) -> None:
+def _produce(topic: str, records: list[tuple[bytes | None, bytes | None]],
+             headers: list[tuple[str, str | bytes | None]] | None = None) -> list[int]:
+    """Produce in order to partition 0; returns the offsets."""
+    offsets: list[int] = []
+    producer = Producer({"bootstrap.servers": KAFKA_BOOTSTRAP, "enable.idempotence": True})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, partition=0, headers=headers,
+                         on_delivery=lambda err, msg: offsets.append(_offset(err, msg)))
+    assert producer.flush(30) == 0
+    return sorted(offsets)
+
+
+def _offset(err: Any, msg: Any) -> int:
+    assert err is None, err
+    return int(msg.offset())
+
+
+def _job(local_config: JobConfig, prefix: str, lake: str, **dead_letters: Any) -> JobConfig:
     config = job_config_for(local_config, prefix, prefix, lake)
+    return dataclasses.replace(config, dead_letters=DeadLetterConfig(**dead_letters))
+
+
+def _run_job(spark: SparkSession, config: JobConfig) -> BatchProcessor:
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
     await_query(start_query(spark, config, processor, available_now=True), processor)
+    return processor
+
+
+class Topic:
+    """One table's topic with its registered schemas: id int key, value (id int, v string)."""
+
+    def __init__(self, prefix: str, table: str) -> None:
+        self.name = f"{prefix}.s.{table}"
+        self.key_schema, self.value_schema = _schemas(
+            self.name, [{"name": "id", "type": "int"}, {"name": "v", "type": ["null", "string"], "default": None}]
+        )
+        self.key_id = _register(f"{self.name}-key", self.key_schema)
+        self.value_id = _register(f"{self.name}-value", self.value_schema)
+
+    def key(self, id_: int) -> bytes:
+        return _framed(self.key_id, self.key_schema, {"id": id_})
+
+    def body(self, op: str, id_: int | None, v: str | None, lsn: int, *, before: bool = False) -> bytes:
+        image = None if id_ is None else {"id": id_, "v": v}
+        record = {"before": image if before else None, "after": None if before else image,
+                  "source": {"lsn": lsn, "ts_ms": 1}, "op": op}
+        return _framed(self.value_id, self.value_schema, record)
+
+
+@pytest.fixture(scope="module")
+def poisoned(
+    spark: SparkSession, local_config: JobConfig, lake_root: str, stack: None
+) -> Iterator[dict[str, Any]]:
+    """Two tables: `a` gets every poison kind among good events, `b` only good events. The first job run creates
+    both tables from good events; the second reads the poison and what follows it; a third reads nothing new."""
+    prefix = f"dl{RUN_ID}"
+    a, b = Topic(prefix, "a"), Topic(prefix, "b")
+    config = _job(local_config, prefix, f"{lake_root}/{prefix}", unknown_schema_grace_s=1.0)
+    _produce(a.name, [(a.key(1), a.body("c", 1, "one", 10)), (a.key(2), a.body("c", 2, "two", 11))])
+    _produce(b.name, [(b.key(1), b.body("c", 1, "b-one", 12))])
+    _run_job(spark, config)
+
+    # A second key schema for `a` whose fields are not the table's record key.
+    wide_key = {**a.key_schema, "fields": [*a.key_schema["fields"], {"name": "tenant", "type": "string"}]}
+    wide_key_id = _register(f"{a.name}-key", wide_key)
+    good = a.body("u", 1, "one-v2", 20)
+    poison = {
+        "decode": (a.key(1), good[:-4]),  # a truncated payload
+        "framing": (a.key(1), b"\x01" + good[1:]),  # a wrong magic byte
+        "unknown_schema_id": (a.key(1), b"\x00" + UNKNOWN_ID.to_bytes(4, "big") + good[5:]),
+        "trailing_bytes": (a.key(1), good + b"\x02\x04"),  # bytes that do not match their writer schema
+        "json": (a.key(1), b'{"id": 1, "v": "one-json"}'),  # a JSON value on an Avro topic
+        "missing_key": (None, a.body("u", 1, "one-nokey", 22)),
+        "key_schema_mismatch": (_framed(wide_key_id, wide_key, {"id": 1, "tenant": "x"}),
+                                a.body("u", 1, "one-widekey", 23)),
+        "null_image": (a.key(2), a.body("c", None, None, 24)),  # a null after on c
+        "unknown_op": (a.key(2), a.body("x", 2, "two-x", 25)),
+    }
+    headers: list[tuple[str, str | bytes | None]] = [("origin", b"poison-test")]
+    offsets = dict(zip(poison, _produce(a.name, list(poison.values()), headers), strict=True))
+    # Later changes of the same keys still apply, in source order.
+    _produce(a.name, [(a.key(1), a.body("u", 1, "one-v3", 30)), (a.key(3), a.body("c", 3, "three", 31))])
+    _produce(b.name, [(b.key(2), b.body("c", 2, "b-two", 32))])
+    second = _run_job(spark, config)
+    _run_job(spark, config)
+    yield {"config": config, "a": a, "b": b, "poison": poison, "offsets": offsets, "processor": second}
+
+
+def _dead_letters(spark: SparkSession, config: JobConfig) -> list[dict[str, Any]]:
+    rows = spark.read.format("hudi").load(dead_letter_target(config).path).collect()
+    return sorted((r.asDict() for r in rows), key=lambda r: r["kafka_offset"])
+
+
+EXPECTED_KINDS = {
+    "decode": "decode", "framing": "framing", "unknown_schema_id": "unknown_schema_id",
+    "trailing_bytes": "trailing_bytes", "json": "framing", "missing_key": "missing_key",
+    "key_schema_mismatch": "key_schema_mismatch", "null_image": "null_image", "unknown_op": "unknown_op",
+}
+
+
+def test_every_poison_kind_is_a_dead_letter_once_with_its_bytes(spark: SparkSession, poisoned: dict) -> None:
+    config, a, poison, offsets = poisoned["config"], poisoned["a"], poisoned["poison"], poisoned["offsets"]
+
+    rows = _dead_letters(spark, config)
+
+    assert [(r["kafka_offset"], r["error_kind"]) for r in rows] == [
+        (offsets[name], EXPECTED_KINDS[name]) for name in poison
+    ]
+    for name, row in zip(poison, rows, strict=True):
+        key, value = poison[name]
+        assert (row["topic"], row["kafka_partition"], row["key"], row["value"]) == (a.name, 0, key, value), name
+        assert row["dead_letter_id"] == f"{a.name}/0/{offsets[name]}"
+        assert [(h["key"], h["value"]) for h in row["headers"]] == [("origin", b"poison-test")]
+        assert row["source_table"] == f"{config.lake.database}.s_a"
+        assert row["error_message"], name
+        assert row["batch_id"] == 1 and row["dead_lettered_at"] is not None
+    by_kind = {r["error_kind"]: r for r in rows}
+    assert by_kind["unknown_schema_id"]["schema_id"] == UNKNOWN_ID
+    assert str(UNKNOWN_ID) in by_kind["unknown_schema_id"]["error_message"]
+    assert by_kind["decode"]["schema_id"] == a.value_id
+    assert by_kind["decode"]["schema_id_type"] == "contentId"
+    assert "reads" in by_kind["trailing_bytes"]["error_message"]
+    assert by_kind["key_schema_mismatch"]["record_key"] == '{"id":1,"tenant":"x"}'
+    assert by_kind["decode"]["record_key"] == '{"id":1}'
+    assert by_kind["missing_key"]["record_key"] is None
+
+
+def test_the_tables_keep_flowing_and_later_changes_of_a_key_apply(spark: SparkSession, poisoned: dict) -> None:
+    config = poisoned["config"]
+    silver = config.lake.silver_path
+
+    a_rows = spark.read.format("hudi").load(f"{silver}/{config.lake.database}/s_a").select("id", "v").collect()
+    b_rows = spark.read.format("hudi").load(f"{silver}/{config.lake.database}/s_b").select("id", "v").collect()
+
+    assert sorted(map(tuple, a_rows)) == [(1, "one-v3"), (2, "two"), (3, "three")]
+    assert sorted(map(tuple, b_rows)) == [(1, "b-one"), (2, "b-two")]
+
+
+def test_status_lists_the_dead_letters_and_diverged_keys_per_table(poisoned: dict, local_config: JobConfig) -> None:
+    config, processor = poisoned["config"], poisoned["processor"]
+    endpoint = local_config.spark.conf.get("spark.hadoop.fs.s3a.endpoint")
+
+    status = read_status(status_path(config), endpoint)
+
+    table = f"{config.lake.database}.s_a"
+    entry = status["dead_letters"][table]
+    assert entry["records"] == len(poisoned["poison"])
+    assert entry["kinds"] == {"decode": 1, "framing": 2, "unknown_schema_id": 1, "trailing_bytes": 1,
+                              "missing_key": 1, "key_schema_mismatch": 1, "null_image": 1, "unknown_op": 1}
+    assert entry["diverged_keys"] == ['{"id":1,"tenant":"x"}', '{"id":1}', '{"id":2}']
+    assert f"{config.lake.database}.s_b" not in status["dead_letters"]
+    assert status["tables"][table]["skipped"] == 0  # every record of `a` was applied or dead-lettered
+    assert processor.history[-1][table].dead_letters == len(poisoned["poison"])
+
+
+def test_the_dead_letter_table_is_in_the_catalog(spark: SparkSession, poisoned: dict) -> None:
+    target = dead_letter_target(poisoned["config"])
+
+    names = {c.name for c in spark.catalog.listColumns(target.qualified_name)}
+
+    assert {"dead_letter_id", "topic", "kafka_offset", "key", "value", "error_kind", "record_key"} <= names
+
+
+# ---- fail-fast mode: the job stops, naming the record --------------------------------------------------------
 
 
 @pytest.fixture
 def poison_topic(stack: None, request: pytest.FixtureRequest) -> tuple[str, str, int, bytes, dict]:
     """A topic with one valid Debezium event at offset 0; returns (prefix, topic, value id, key bytes, schema)."""
-    prefix = f"poison{request.node.name[-6:].replace('_', '')}{RUN_ID}"
+    prefix = f"poison{zlib.crc32(request.node.name.encode()):08x}{RUN_ID}"
     topic = f"{prefix}.s.t"
     key_schema, value_schema = _schemas(f"{prefix}.s.t")
     key_id = _register(f"{topic}-key", key_schema)
@@ -68,47 +244,55 @@ def poison_topic(stack: None, request: pytest.FixtureRequest) -> tuple[str, str,
     key = _framed(key_id, key_schema, {"id": 1})
     valid = _framed(value_id, value_schema, {"before": None, "after": {"id": 1}, "source": {"lsn": 10, "ts_ms": 1},
                                              "op": "c"})
-    _produce(topic, key, valid)
+    _produce(topic, [(key, valid)])
     return prefix, topic, value_id, key, value_schema
 
 
-def _produce(topic: str, key: bytes, value: bytes) -> None:
-    producer = Producer({"bootstrap.servers": KAFKA_BOOTSTRAP})
-    producer.produce(topic, key=key, value=value)
-    assert producer.flush(30) == 0
+def _run_fail_fast(spark: SparkSession, local_config: JobConfig, prefix: str, lake: str) -> None:
+    _run_job(spark, _job(local_config, prefix, lake, mode="fail_fast", unknown_schema_grace_s=0.0))
 
 
-def test_undecodable_body_names_topic_partition_offset_and_id(
+def test_fail_fast_undecodable_body_names_topic_partition_offset_and_id(
     spark: SparkSession, local_config: JobConfig, lake_root: str, poison_topic: tuple[str, str, int, bytes, dict]
 ) -> None:
     prefix, topic, value_id, key, _ = poison_topic
-    _produce(topic, key, b"\x00" + value_id.to_bytes(4, "big") + b"\xff\xff\xff\xff\xff")
+    _produce(topic, [(key, b"\x00" + value_id.to_bytes(4, "big") + b"\xff\xff\xff\xff\xff")])
     with pytest.raises(SchemaDecodeError) as info:
-        _run_job(spark, local_config, prefix, f"{lake_root}/{prefix}")
+        _run_fail_fast(spark, local_config, prefix, f"{lake_root}/{prefix}")
     err = info.value
     assert (err.topic, err.partition, err.offset, err.schema_id) == (topic, 0, 1, value_id)
     assert f"{topic}[0]@1" in str(err) and f"schema id {value_id}" in str(err)
 
 
-def test_unknown_schema_id_names_id_and_url(
+def test_fail_fast_unknown_schema_id_names_id_and_url(
     spark: SparkSession, local_config: JobConfig, lake_root: str, poison_topic: tuple[str, str, int, bytes, dict]
 ) -> None:
     prefix, topic, _, key, value_schema = poison_topic
-    unknown = 2_000_000_000
-    _produce(topic, key, _framed(unknown, value_schema, {"before": None, "after": {"id": 2},
-                                                         "source": {"lsn": 11, "ts_ms": 1}, "op": "c"}))
+    _produce(topic, [(key, _framed(UNKNOWN_ID, value_schema, {"before": None, "after": {"id": 2},
+                                                              "source": {"lsn": 11, "ts_ms": 1}, "op": "c"}))])
     with pytest.raises(RegistryError) as info:
-        _run_job(spark, local_config, prefix, f"{lake_root}/{prefix}")
-    assert info.value.schema_id == unknown
-    assert f"/ids/contentIds/{unknown}" in str(info.value) and str(unknown) in str(info.value)
+        _run_fail_fast(spark, local_config, prefix, f"{lake_root}/{prefix}")
+    assert info.value.schema_id == UNKNOWN_ID
+    assert f"/ids/contentIds/{UNKNOWN_ID}" in str(info.value) and str(UNKNOWN_ID) in str(info.value)
 
 
-def test_value_without_framing_names_the_record(
+def test_fail_fast_value_without_framing_names_the_record(
     spark: SparkSession, local_config: JobConfig, lake_root: str, poison_topic: tuple[str, str, int, bytes, dict]
 ) -> None:
     prefix, topic, _, key, _ = poison_topic
-    _produce(topic, key, b'{"not": "avro"}')
+    _produce(topic, [(key, b'{"not": "avro"}')])
     with pytest.raises(SchemaDecodeError) as info:
-        _run_job(spark, local_config, prefix, f"{lake_root}/{prefix}")
+        _run_fail_fast(spark, local_config, prefix, f"{lake_root}/{prefix}")
     assert (info.value.topic, info.value.partition, info.value.offset) == (topic, 0, 1)
     assert "framing" in str(info.value)
+
+
+def test_fail_fast_unknown_op_names_the_record(
+    spark: SparkSession, local_config: JobConfig, lake_root: str, poison_topic: tuple[str, str, int, bytes, dict]
+) -> None:
+    prefix, topic, value_id, key, value_schema = poison_topic
+    _produce(topic, [(key, _framed(value_id, value_schema, {"before": None, "after": {"id": 1},
+                                                            "source": {"lsn": 12, "ts_ms": 1}, "op": "x"}))])
+    with pytest.raises(EnvelopeError) as info:
+        _run_fail_fast(spark, local_config, prefix, f"{lake_root}/{prefix}")
+    assert f"{topic}[0]@1" in str(info.value) and "unknown_op" in str(info.value)

@@ -6,10 +6,7 @@ import json
 from typing import Any
 
 import fastavro
-import pytest
 from chispa import assert_df_equality
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -21,10 +18,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from app.cdc.columns import ERROR_COL
 from app.cdc.position import POSTGRESQL
 from app.cdc.unwrap import filter_data_changes, unwrap_envelope
-from app.errors import SchemaDecodeError
-from app.wire.decode import decode_error_from, decode_value
+from app.wire.decode import DECODE, TRAILING_BYTES, decode_value
 
 TOPIC = "tickit.crm.users"
 SCHEMA_ID = 7
@@ -131,36 +128,63 @@ def test_null_payload_decodes_to_null_without_failing(spark: SparkSession) -> No
     assert_df_equality(actual_df, expected_df)
 
 
-def _decode_failure(decoded_df: DataFrame) -> BaseException:
-    with pytest.raises((Py4JJavaError, PySparkException)) as excinfo:
-        decoded_df.collect()
-    return excinfo.value
+def _errors(decoded_df: DataFrame) -> list[tuple[int, bool, str | None, str | None]]:
+    """(offset, envelope is null, error kind, error message) per row."""
+    return [
+        (r["offset"], r["envelope"] is None, r[ERROR_COL] and r[ERROR_COL]["kind"],
+         r[ERROR_COL] and r[ERROR_COL]["message"])
+        for r in decoded_df.orderBy("offset").collect()
+    ]
 
 
-def test_undecodable_payload_fails_naming_the_record(spark: SparkSession) -> None:
+def test_undecodable_payload_is_marked_with_its_writer_schema(spark: SparkSession) -> None:
     payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE), b"\xff\xff\xff"], partition=3)
 
-    exc = _decode_failure(decode_value(payloads_df, ENVELOPE_JSON))
-    error = decode_error_from(exc)
+    errors = _errors(decode_value(payloads_df, ENVELOPE_JSON, "contentId:7"))
 
-    assert isinstance(error, SchemaDecodeError)
-    assert (error.topic, error.partition, error.offset, error.schema_id) == (TOPIC, 3, 41, SCHEMA_ID)
-    assert f"{TOPIC}[3]@41 (schema id {SCHEMA_ID})" in str(error)
+    assert errors == [
+        (40, False, None, None),
+        (41, True, DECODE, "the Avro body does not decode with writer schema contentId:7"),
+    ]
 
 
-def test_undecodable_payload_fails_for_a_record_of_nullable_fields(spark: SparkSession) -> None:
+def test_undecodable_payload_is_marked_for_a_record_of_nullable_fields(spark: SparkSession) -> None:
     # No required field to tell a failed decode apart: the all-null row marks it.
     schema = {"type": "record", "name": "Loose", "fields": [{"name": "n", "type": ["null", "long"], "default": None}]}
     payloads_df = _payloads_df(spark, [_avro(schema, {"n": 5}), b"\xff\xff\xff"])
 
-    error = decode_error_from(_decode_failure(decode_value(payloads_df, json.dumps(schema))))
+    errors = _errors(decode_value(payloads_df, json.dumps(schema)))
 
-    assert error is not None
-    assert (error.partition, error.offset) == (0, 41)
+    assert [(offset, kind) for offset, _, kind, _ in errors] == [(40, None), (41, DECODE)]
 
 
-def test_decode_error_from_ignores_other_failures() -> None:
-    assert decode_error_from(ValueError("job aborted: disk full")) is None
+def test_bytes_left_over_after_the_decode_are_marked(spark: SparkSession) -> None:
+    """Spark's Avro reader stops where the schema ends: a body with bytes after that decodes "fine"."""
+    body = _avro(ENVELOPE_SCHEMA, CREATE)
+    payloads_df = _payloads_df(spark, [body, body + b"\x02\x04", _avro(ENVELOPE_SCHEMA, DELETE)])
+
+    errors = _errors(decode_value(payloads_df, ENVELOPE_JSON, "contentId:7"))
+
+    assert errors == [
+        (40, False, None, None),
+        (41, False, TRAILING_BYTES,
+         f"writer schema contentId:7 reads {len(body)} of the body's {len(body) + 2} bytes: the body is not of that "
+         "schema"),
+        (42, False, None, None),
+    ]
+
+
+def test_a_body_of_a_newer_schema_read_with_an_older_one_is_marked(spark: SparkSession) -> None:
+    """A record framed with the wrong id: a body of a newer envelope (Debezium 2.6 added ts_us after ts_ms) reads
+    as the older one without error, and leaves the new field's bytes over."""
+    newer = {**ENVELOPE_SCHEMA, "fields": [*ENVELOPE_SCHEMA["fields"],
+                                           {"name": "ts_us", "type": ["null", "long"], "default": None}]}
+    body = _avro(newer, {**CREATE, "ts_us": 1704103872500123})
+    decoded_df = decode_value(_payloads_df(spark, [body]), ENVELOPE_JSON)
+
+    [(offset, _, kind, _)] = _errors(decoded_df)
+
+    assert (offset, kind) == (40, TRAILING_BYTES)
 
 
 def _executed_plan(df: DataFrame) -> str:
@@ -186,7 +210,7 @@ def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> No
     assert [node for node in PYTHON_NODES if node in plan] == []
     assert "BatchEvalPython" in udf_plan
     assert [tuple(r) for r in unwrapped_df.collect()] == [
-        (1, "alice", "c", "00000000/00000064", 1704103872000, 0, 40, False, [])
+        (1, "alice", "c", "00000000/00000064", 1704103872000, 0, 40, False, [], None)
     ]
 
 
@@ -194,9 +218,11 @@ def test_the_decode_check_reads_one_from_avro(spark: SparkSession) -> None:
     """The check reads the decoded body; it does not copy `from_avro` into each of its conditions."""
     payloads_df = _payloads_df(spark, [_avro(ENVELOPE_SCHEMA, CREATE)])
 
-    plan = _executed_plan(decode_value(payloads_df, ENVELOPE_JSON).select("envelope.after.name"))
+    plan = _executed_plan(decode_value(payloads_df, ENVELOPE_JSON).select("envelope.after.name", ERROR_COL))
 
     assert plan.count("from_avro(") == 1, plan
+    # The length check re-encodes the decoded value (its message repeats it, evaluated for bodies in error only).
+    assert "to_avro(_cdc_decoded" in plan, plan
 
 
 def test_filters_after_the_decode_read_the_decoded_body(spark: SparkSession) -> None:

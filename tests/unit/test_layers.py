@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[set[str]] = [
     {"app", "app.errors", "app.hooks"},
     {"app.config"},
-    {"app.spark", "app.wire", "app.cdc"},
+    {"app.spark", "app.wire"},
+    {"app.cdc"},
     {"app.routing", "app.sink"},
     {"app.state"},
     {"app.batch"},

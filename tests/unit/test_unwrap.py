@@ -27,9 +27,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from app.cdc.columns import ERROR_COL
 from app.cdc.debezium_types import with_debezium_types
 from app.cdc.position import MYSQL, POSTGRESQL
 from app.cdc.unwrap import (
+    KEY_FRAMING,
+    KEY_SCHEMA,
+    MISSING_KEY,
+    NULL_IMAGE,
+    UNKNOWN_OP,
+    KeyCheck,
     dedupe_latest,
     filter_data_changes,
     filter_tombstones,
@@ -37,6 +44,7 @@ from app.cdc.unwrap import (
     is_envelope,
     unwrap_envelope,
     unwrap_flattened,
+    with_event_errors,
     with_latest_flag,
 )
 from app.errors import EnvelopeError
@@ -441,3 +449,78 @@ def test_dedupe_latest_on_a_composite_key(spark: SparkSession) -> None:
         COMPOSITE_SCHEMA,
     )
     assert_df_equality(actual_df, expected_df, ignore_row_order=True)
+
+
+# ---- events the job cannot apply: `_cdc_error` (app/cdc/unwrap.py with_event_errors) ----------------------
+
+KEYED_SCHEMA = StructType([
+    StructField("key", BinaryType(), True),
+    StructField("key_frame_error", StringType(), True),
+    StructField("key_id_type", StringType(), True),
+    StructField("key_schema_id", LongType(), True),
+    *EVENT_SCHEMA.fields,
+    StructField(ERROR_COL, StructType([
+        StructField("kind", StringType(), True), StructField("message", StringType(), True),
+    ]), True),
+])
+KEY_BYTES = b"\x00\x00\x00\x00\x05key"
+
+
+def _keyed(event: tuple[Any, ...], key: bytes | None = KEY_BYTES, key_error: str | None = None,
+           key_id: int = 5, error: tuple[str, str] | None = None) -> tuple[Any, ...]:
+    return (key, key_error, "contentId", key_id if key is not None else None, *event, error)
+
+
+def _kinds(df: DataFrame) -> list[tuple[int, str | None]]:
+    return [(r["offset"], r[ERROR_COL] and r[ERROR_COL]["kind"]) for r in df.orderBy("offset").collect()]
+
+
+def test_event_errors_name_ops_images_and_keys_the_job_cannot_apply(spark: SparkSession) -> None:
+    rows = [
+        _keyed(_event("c", None, (1, "alice"), 100, 1)),
+        _keyed(_event("x", None, (1, "alice"), 110, 2)),  # no Debezium op
+        _keyed(_event("u", (1, "alice"), None, 120, 3)),  # update without after
+        _keyed(_event("d", None, None, 130, 4)),  # delete without before
+        _keyed(_event("c", None, (2, "bob"), 140, 5), key=None),  # no Kafka key
+        _keyed(_event("c", None, (3, "carol"), 150, 6), key=b"{}", key_error="lacks the 0x00 + 4-byte id prefix"),
+        _keyed(_event("c", None, (4, "dan"), 160, 7), key_id=9),  # a refused key schema
+        _keyed(_event("t", None, None, 170, 8), key=None),  # a truncate: no key needed, skipped
+        _keyed(_event("c", None, (5, "eve"), 180, 9), error=("decode", "the body")),  # the decode's error stays
+    ]
+    keys = KeyCheck(required=True, refused={("contentId", 9): "key schema contentId:9 has fields ['id', 'x']"})
+
+    checked_df = spark.createDataFrame(rows, KEYED_SCHEMA).transform(with_event_errors, True, keys)
+
+    assert _kinds(checked_df) == [
+        (1, None), (2, UNKNOWN_OP), (3, NULL_IMAGE), (4, NULL_IMAGE), (5, MISSING_KEY), (6, KEY_FRAMING),
+        (7, KEY_SCHEMA), (8, None), (9, "decode"),
+    ]
+    # The op filter keeps every event in error (for the dead letters) and drops the truncate.
+    assert [o for o, _ in _kinds(checked_df.transform(filter_data_changes))] == [1, 2, 3, 4, 5, 6, 7, 9]
+
+
+def test_keys_are_not_checked_when_the_record_key_is_configured(spark: SparkSession) -> None:
+    rows = [_keyed(_event("c", None, (2, "bob"), 140, 5), key=None)]
+
+    checked_df = spark.createDataFrame(rows, KEYED_SCHEMA).transform(with_event_errors, True, KeyCheck())
+
+    assert _kinds(checked_df) == [(5, None)]
+
+
+def test_an_event_in_error_neither_orders_nor_hides_its_keys_latest_event(spark: SparkSession) -> None:
+    """A later event of the same key still applies; the event in error is never the latest."""
+    rows = [
+        _keyed(_event("c", None, (1, "alice"), 100, 1)),
+        _keyed(_event("u", (1, "alice"), (1, "alicia"), 300, 3), error=("trailing_bytes", "x")),  # highest LSN
+        _keyed(_event("u", (1, "alice"), (1, "ali"), 200, 2)),
+    ]
+    unwrapped_df = (
+        spark.createDataFrame(rows, KEYED_SCHEMA)
+        .transform(with_event_errors, True, KeyCheck(required=True))
+        .transform(filter_data_changes)
+        .transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL)
+    )
+
+    flagged = {(r["_kafka_offset"], r["_cdc_is_latest"]) for r in with_latest_flag(unwrapped_df, ["id"]).collect()}
+
+    assert flagged == {(1, False), (2, True), (3, False)}
