@@ -6,6 +6,7 @@ The points a batch reaches, in order (`at`):
 
     decode            the batch framed, its writer schemas fetched, nothing written yet
     bronze_written    Bronze written, no Silver table yet
+    dead_letters_written  a table's dead letters written (app/sink/deadletters.py), its Silver commit not yet
     ledger_written    a hard-delete table's delete ledger written (app/sink/ledger.py), its Silver commit not yet
     between_tables    one Silver table committed, another still to write
     tables_committed  every Silver table committed; Spark has not recorded the batch (it replays it)
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-POINTS: Final = ("decode", "bronze_written", "ledger_written", "between_tables", "tables_committed")
+POINTS: Final = (
+    "decode", "bronze_written", "dead_letters_written", "ledger_written", "between_tables", "tables_committed",
+)
 
 
 class Hooks:

@@ -88,7 +88,8 @@ def merged_plan(plans: list[TablePlan]) -> TablePlan:
                 f"disagree on a column's type: {e}"
             ) from e
     summary = TopicSummary()
-    stats = TableBatchStats(first.stats.table, topics=[p.route.topic for p in plans])
+    stats = TableBatchStats(first.stats.table, topics=[p.route.topic for p in plans],
+                            quarantined=first.stats.quarantined)
     for p in plans:
         summary.rows_in += p.summary.rows_in
         summary.tombstones += p.summary.tombstones

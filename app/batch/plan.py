@@ -25,7 +25,9 @@ from app.routing.route import TableRoute
 from app.sink.commit import Committed
 from app.sink.hudi import HudiTarget
 from app.sink.ledger import with_ledger_verdict
+from app.sink.quarantine import QUARANTINED
 from app.state.stats import TableBatchStats
+from app.wire.decode import error_struct
 from app.wire.registry import SchemaRef
 
 Offsets = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> first and last offset
@@ -130,6 +132,15 @@ def dead_coordinates(framed_df: DataFrame, error: Column) -> DataFrame:
         F.col("offset").alias(OFFSET_COL),
         error.alias(ERROR_COL),
         F.lit(None).cast("string").alias(POSITION_COL),
+    )
+
+
+def quarantined_coordinates(framed_df: DataFrame, topics: list[str], reason: str) -> DataFrame:
+    """Every record of a quarantined table's topics (tombstones aside: they carry no change), as dead letters of kind
+    `quarantined` (app/sink/quarantine.py)."""
+    return dead_coordinates(
+        framed_df.filter(F.col("topic").isin(topics) & F.col("value").isNotNull()),
+        error_struct(QUARANTINED, F.lit(reason)),
     )
 
 

@@ -13,7 +13,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
 from app.batch.merge import check_merge_types, plans_per_table, union
-from app.batch.plan import BatchPlan, SkippedTopic, Slice, TablePlan, TopicSummary, dead_coordinates
+from app.batch.plan import (
+    BatchPlan,
+    SkippedTopic,
+    Slice,
+    TablePlan,
+    TopicSummary,
+    dead_coordinates,
+    quarantined_coordinates,
+)
 from app.cdc.debezium_types import placeholder_tests, reader_schema, with_debezium_types
 from app.cdc.position import CONNECTOR_KINDS, connector_kind
 from app.cdc.unwrap import (
@@ -32,6 +40,7 @@ from app.errors import EnvelopeError, RegistryError, SchemaDecodeError, required
 from app.routing.catalog import PartitionRoots, all_partition_roots
 from app.routing.route import TableRoute, route_topic, skip_reason
 from app.sink.hudi import HudiTarget, recorded_record_key
+from app.sink.quarantine import Quarantine
 from app.state.stats import TableBatchStats
 from app.wire.decode import decode_value, error_struct, record_fields
 from app.wire.framing import Framing, with_source_framings
@@ -49,9 +58,10 @@ UNKNOWN_SCHEMA_POLL_S = 5.0  # how often an unknown schema id is asked again dur
 class Planner:
     """Plans batches for one job config; holds the registry client (its schema cache)."""
 
-    def __init__(self, config: JobConfig, registry: RegistryClient) -> None:
+    def __init__(self, config: JobConfig, registry: RegistryClient, quarantine: Quarantine | None = None) -> None:
         self.config = config
         self.registry = registry
+        self.quarantine = quarantine or Quarantine(config)
         self._unknown_since: dict[SchemaRef, float] = {}  # schema ids the registry answered 404 for: since when
 
     def plan(self, raw_df: DataFrame) -> BatchPlan:
@@ -64,6 +74,7 @@ class Planner:
             SchemaDecodeError: a value lacks the framing.
             EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
         """
+        self.quarantine.load(raw_df.sparkSession)
         framed_df = with_source_framings(raw_df, self.framings())
         summary = self._summarize(framed_df)
         skipped = {}
@@ -141,6 +152,11 @@ class Planner:
         stats = TableBatchStats(route.qualified_name, rows_in=summary.rows_in, schema_ids=sorted(summary.value_ids),
                                 topics=[topic] if route.source_partition or route.merged else [])
         stats.skipped = summary.tombstones
+        quarantined = self.quarantine.reason(route.qualified_name)
+        if quarantined is not None:  # nothing decoded: every record goes to the dead letters
+            stats.quarantined = quarantined
+            return TablePlan(route, None, None, None, stats, summary, source_df=framed_df,
+                             dead_df=quarantined_coordinates(framed_df, [topic], quarantined))
         topic_df = framed_df.filter(F.col("topic") == topic)
         dead = []
         if summary.unframed:  # dead-letter mode only: fail-fast stopped at _check_framing

@@ -34,6 +34,7 @@ from app.config import JobConfig
 from app.errors import PipelineError, SinkWriteError, java_root_cause
 from app.hooks import Hooks
 from app.sink.bronze import write_bronze
+from app.sink.quarantine import Quarantine
 from app.state.stats import TableBatchStats
 from app.state.status import JobStatus, write_status
 from app.wire.registry import RegistryClient
@@ -50,8 +51,9 @@ class BatchProcessor:
     def __init__(self, config: JobConfig, registry: RegistryClient, hooks: Hooks | None = None) -> None:
         self.config = config
         self.hooks = hooks or Hooks()
-        self.planner = Planner(config, registry)
-        self.writer = TableWriter(config, self.hooks)
+        self.quarantine = Quarantine(config)  # app/sink/quarantine.py: read at the first batch, shared
+        self.planner = Planner(config, registry, self.quarantine)
+        self.writer = TableWriter(config, self.hooks, self.quarantine)
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
         # The latest batches this processor wrote (a bounded window: a stream runs for months).
         self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
@@ -164,6 +166,12 @@ class BatchProcessor:
         self.history.append(self.last_stats)
         phases = " ".join(f"{name}_s={seconds:.2f}" for name, seconds in self.phases.items())
         log.info("batch=%s done tables=%d duration_s=%.2f %s", batch_id, len(stats), duration_s, phases)
+        quarantined = dict(self.quarantine.tables)
+        if quarantined:
+            log.error("batch=%s QUARANTINED tables (their records go to the dead letters): %s", batch_id,
+                      "; ".join(f"{t} since batch {e.batch_id}: {e.reason}" for t, e in sorted(quarantined.items())))
+        self.status.quarantined = {t: {"reason": e.reason, "batch_id": e.batch_id, "at": e.at}
+                                   for t, e in quarantined.items()}
         skipped = {topic: (s.reason, s.records) for topic, s in plan.skipped.items()}
         self.status.record_batch(batch_id, stats, skipped, duration_s)
         self._save_status(spark)

@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -32,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.utils import CapturedException
 
 from app.batch.merge import union
-from app.batch.plan import TablePlan
+from app.batch.plan import TablePlan, quarantined_coordinates
 from app.batch.planner import FRAMING
 from app.cdc.columns import (
     BLOCKED_COL,
@@ -58,6 +59,7 @@ from app.sink.hudi import HudiTarget, sized_options, table_exists, write_silver
 from app.sink.ledger import compact_ledger, read_ledger, write_ledger
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
+from app.sink.quarantine import Quarantine, QuarantineEntry, failure_kind
 from app.wire.decode import DECODE, TRAILING_BYTES
 
 log = logging.getLogger(__name__)
@@ -93,22 +95,51 @@ class Step:
 class TableWriter:
     """Writes tables' plans for one job config; `hooks` adds write options (tests only, app/hooks.py)."""
 
-    def __init__(self, config: JobConfig, hooks: Hooks) -> None:
+    def __init__(self, config: JobConfig, hooks: Hooks, quarantine: Quarantine | None = None) -> None:
         self.config = config
         self.hooks = hooks
+        self.quarantine = quarantine or Quarantine(config)
         self.meta_sync = MetaSync(every_commit=config.lake.meta_sync == "every_commit")
         self.dead_letters = DeadLetters(config)
 
     def write(self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None) -> None:
-        """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit.
+        """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit. A
+        transient failure is tried again (`lake.write_retries`); one that quarantines (app/sink/quarantine.py)
+        quarantines the table instead of failing the batch (not in fail-fast mode).
 
         Raises:
-            SchemaDecodeError: a record of the table cannot be decoded (names the record).
-            SinkWriteError: the Hudi write failed.
+            SchemaDecodeError: fail-fast, and a record of the table cannot be decoded (names the record).
+            SinkWriteError: the Hudi write failed, and neither a retry nor a quarantine applies.
         """
         step = step or Step(batch_id, plan.route.qualified_name)
         started = step.started = time.monotonic()
         step.name = ""
+        attempt = 0
+        while True:
+            try:
+                self._write_unit(plan, batch_id, query_id, step)
+                break
+            except Exception as e:
+                kind = failure_kind(e)
+                if kind == "transient" and attempt < self.config.lake.write_retries:
+                    delay = WRITE_RETRY_BACKOFF_S * 2 ** attempt
+                    attempt += 1
+                    log.warning(
+                        "batch=%s table=%s: step %s failed with a transient error (attempt %d of %d); the table's "
+                        "unit runs again in %.0f s: %s", batch_id, plan.route.qualified_name, step.name, attempt,
+                        self.config.lake.write_retries + 1, delay, _first_line(e),
+                    )
+                    time.sleep(delay)
+                    continue
+                if kind == "quarantine" and self.config.dead_letters.mode == "dead_letter":
+                    self._quarantine(plan, e, step, query_id)
+                    break
+                raise
+        step.close(plan.stats.steps_s)
+        plan.stats.duration_s = time.monotonic() - started
+        log.info("%s", plan.stats.log_line(batch_id))
+
+    def _write_unit(self, plan: TablePlan, batch_id: int, query_id: str, step: Step) -> None:
         try:
             if plan.events_df is not None and plan.target is None:
                 step.enter("keyless check", plan.stats.steps_s)
@@ -125,9 +156,30 @@ class TableWriter:
             raise SinkWriteError(
                 f"batch {batch_id}: Hudi write of {plan.route.qualified_name} failed: {java_root_cause(e)}"
             ) from e
-        step.close(plan.stats.steps_s)
-        plan.stats.duration_s = time.monotonic() - started
-        log.info("%s", plan.stats.log_line(batch_id))
+
+    def _quarantine(self, plan: TablePlan, error: Exception, step: Step, query_id: str) -> None:
+        """Quarantine the table (its file first: app/sink/quarantine.py), then send the batch's records of its topics
+        to the dead letters, kind `quarantined`; the batch goes on with the other tables."""
+        table, failed_step = plan.route.qualified_name, step.name
+        reason = f"step {failed_step}: {type(error).__name__}: {_first_line(error)}"
+        source_df = required(plan.source_df, f"{table}: the batch's records")
+        entry = QuarantineEntry(table, reason, step.batch_id, datetime.now(UTC).isoformat(timespec="seconds"),
+                                tuple(plan.topics))
+        self.quarantine.add(source_df.sparkSession, plan.route.database, plan.route.table, entry)
+        log.error(
+            "batch=%s table=%s QUARANTINED: %s. Its records go to the dead letters from now on, every other table "
+            "goes on; after the fix, remove %s and restart (docs/when-things-go-wrong.md \"Quarantine\")",
+            step.batch_id, table, reason, self.quarantine.path(plan.route.database, plan.route.table),
+        )
+        step.enter("quarantine", plan.stats.steps_s)
+        rows_df = dead_letter_rows(quarantined_coordinates(source_df, plan.topics, reason), source_df, table,
+                                   plan.key_schemas, step.batch_id)
+        summary = self.dead_letters.write(rows_df, step.batch_id, query_id)
+        stats = plan.stats
+        stats.quarantined, stats.upserts, stats.deletes, stats.superseded = reason, 0, 0, 0
+        stats.dead_letters = summary.records
+        stats.dead_letter_kinds, stats.diverged_keys = summary.kinds, summary.keys
+        stats.skipped = max(0, plan.summary.rows_in - summary.records)
 
     def _write_events(self, plan: TablePlan, target: HudiTarget, step: Step, query_id: str) -> None:
         """The steps of the module docstring, for a table with a record key."""
@@ -307,6 +359,7 @@ class TableWriter:
         summary = self.dead_letters.write(rows_df, step.batch_id, query_id)
         if not summary.records:
             return 0
+        self.hooks.at("dead_letters_written", batch_id=step.batch_id, table=table)
         stats = plan.stats
         stats.dead_letters, stats.dead_letter_kinds, stats.diverged_keys = summary.records, summary.kinds, summary.keys
         log.warning(
@@ -316,6 +369,14 @@ class TableWriter:
             ", ".join(summary.keys[:SAMPLE_KEYS]) + (" ..." if len(summary.keys) > SAMPLE_KEYS else ""),
         )
         return summary.records
+
+
+WRITE_RETRY_BACKOFF_S = 5.0  # before a table's unit runs again after a transient failure; doubled each time
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _raise_first(rows_df: DataFrame, table: str) -> None:

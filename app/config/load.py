@@ -182,6 +182,8 @@ def _check_semantics(config: JobConfig) -> None:
         raise ConfigError("lake.retain_commits", "must be >= 1")
     if config.lake.table_writers < 1:
         raise ConfigError("lake.table_writers", "must be >= 1 (1: one table after another)")
+    if config.lake.write_retries < 0:
+        raise ConfigError("lake.write_retries", "must be >= 0 (0: a transient write error fails the batch at once)")
     if not _IDENTIFIER.fullmatch(config.dead_letters.table):
         raise ConfigError("dead_letters.table", f"not a valid table name: {config.dead_letters.table!r}")
     if config.dead_letters.unknown_schema_grace_s < 0:

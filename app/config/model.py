@@ -174,6 +174,10 @@ class LakeConfig:
     # When Hudi's meta sync runs after a commit: `on_change` (a table's first write in the run, new columns, every
     # commit of a partitioned table; app/sink/metasync.py) or `every_commit`.
     meta_sync: Literal["on_change", "every_commit"] = "on_change"
+    # A table's write failing with a transient error (object-store throttling or unavailability, a connection or
+    # metastore timeout) is tried again this many times, 5 s later, then 10 s, 20 s...; then the batch fails and is
+    # read again at the next start. Never a reason to quarantine a table (app/sink/quarantine.py).
+    write_retries: int = 3
 
     def table_path(self, table: str, database: str | None = None) -> str:
         """Where a Silver table lives: <silver_path>/<database>/<table> (lake.database unless given)."""

@@ -22,6 +22,7 @@ class TableBatchStats:
     dead_letters: int = 0  # records sent to the dead letters (app/sink/deadletters.py)
     dead_letter_kinds: dict[str, int] = field(default_factory=dict)  # the same, per error kind
     diverged_keys: list[str] = field(default_factory=list)  # record keys (JSON) of those records, sorted
+    quarantined: str | None = None  # why, when the table is quarantined (app/sink/quarantine.py)
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
     topics: list[str] = field(default_factory=list)  # set when the table is not just its topic's own
@@ -34,6 +35,7 @@ class TableBatchStats:
             f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
             f"blocked={self.blocked} unresolved={self.unresolved} replayed={self.replayed} "
             f"dead_letters={self.dead_letters} "
+            + ("QUARANTINED " if self.quarantined else "") +
             f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
             + (" steps=" + ",".join(f"{name.replace(' ', '_')}:{s:.2f}" for name, s in self.steps_s.items())
                if self.steps_s else "")

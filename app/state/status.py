@@ -13,6 +13,7 @@ It says what the log says, in one place:
 - `dead_letters`: per Silver table, the records sent to the dead letters so far (app/sink/deadletters.py), per
   error kind, and the record keys they concern: the table's diverged keys, whose Silver row may differ from the
   source until a replay or a re-snapshot (docs/when-things-go-wrong.md "Dead letters");
+- `quarantined`: the tables whose records all go to the dead letters (app/sink/quarantine.py), why and since when;
 - `last_batch` and `failure`: the latest batch's id, time, duration and tables, and the error that stopped the
   job, if one did.
 
@@ -75,6 +76,7 @@ class JobStatus:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_topics: dict[str, dict[str, Any]] = field(default_factory=dict)
     dead_letters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    quarantined: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> reason, batch_id, at
     batches: int = 0
     last_batch: dict[str, Any] | None = None
     failure: str | None = None

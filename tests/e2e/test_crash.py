@@ -7,8 +7,9 @@ batches, lake and checkpoint on S3; `events` is Merge-on-Read, compacting every 
 killed with SIGKILL again and again, each time restarted:
 
 - in its first minute on an empty lake, at random moments (its first batch creates the tables);
-- at every named pause point (devkit/pauses.py): `decode`, `bronze_written`, `ledger_written` (a table's delete
-  ledger holds the batch's facts, its Silver commit not yet), `between_tables`, `hudi_commit` (inside a Hudi
+- at every named pause point (devkit/pauses.py): `decode`, `bronze_written`, `dead_letters_written` (a table's dead
+  letters committed, its Silver commit not yet), `ledger_written` (a table's delete ledger holds the batch's facts,
+  its Silver commit not yet), `between_tables`, `hudi_commit` (inside a Hudi
   commit, markers present) and `tables_committed` (Spark has not recorded the batch: it replays it); and during
   a compaction of `events`, seen on its timeline;
 - at random moments mid-batch.
@@ -18,7 +19,9 @@ and the test fails unless each named point was reached with its precondition obs
 stops, one `--available-now` run catches up, and:
 - every Silver table equals its PostgreSQL table, typed and value by value;
 - no record key appears twice;
-- Bronze holds every Kafka offset of the run exactly once.
+- Bronze holds every Kafka offset of the run exactly once;
+- the dead-letter table holds every poison record exactly once: before each kill the test adds three to the
+  accounts topic (a JSON value, a real record with bytes appended, one without its key; `Poison`).
 
 A second test kills the job inside the creation of each kind of table (app/sink/creation.py), at the creation points
 of jvm/'s pausing file systems, and checks the same at the end.
@@ -42,29 +45,33 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame, SparkSession
 
 from app.cdc.columns import LEDGER_FOLDER
+from app.config import DeadLetterConfig
 from app.sink.bronze import read_bronze
 from app.sink.lakefs import fs_and_path, list_files
 from app.sink.ledger import ledger_folders, read_ledger
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID, TESTING_JARS
-from tests.support.cdc import PG_DSN, debezium_connector, read_topic, wait_for_records
+from tests.support.cdc import KAFKA_BOOTSTRAP, PG_DSN, KafkaRecord, debezium_connector, read_topic, wait_for_records
 from tests.support.pipeline import source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 log = logging.getLogger(__name__)
 
+DEAD_LETTER_TABLE = DeadLetterConfig().table
 SCHEMA = f"cr_{RUN_ID}"
 PREFIX = f"cr{RUN_ID}"
 DATABASE = f"cr_{RUN_ID}"
 TABLES = ("accounts", "transfers", "events")
 NAMED = (
-    "decode", "bronze_written", "ledger_written", "between_tables", "hudi_commit", "tables_committed", "compaction",
+    "decode", "bronze_written", "dead_letters_written", "ledger_written", "between_tables", "hudi_commit",
+    "tables_committed", "compaction",
 )
 # Random moments of the job's first minute on an empty lake (8-40 s after the start, then 0-20 s after the first
 # batch's first table line, while it creates the others), every named
-# point, a second round of the in-batch ones, and random moments mid-batch: 18 kills at least.
+# point, a second round of the in-batch ones, and random moments mid-batch: 19 kills at least.
 PLAN = [
     "random_start", *["random_first_batch"] * 2, *NAMED,
     "decode", "between_tables", "hudi_commit", "tables_committed", *["random"] * 5,
@@ -255,11 +262,42 @@ def precondition(point: str, reached: dict[str, Any], state: dict[str, Any]) -> 
         return any(p.startswith(instant) for p in accounts["pending"]) and instant in accounts["markers"]
     if point == "between_tables":
         return bool(reached["committed"]) and bool(reached["remaining"])
+    if point == "dead_letters_written":  # the batch's dead letters committed, its table's commit not yet
+        return reached["batch_id"] in state["dead_letter_batches"]
     if point == "ledger_written":  # a complete folder of the batch's facts
         return any(f.startswith(f"b{reached['batch_id']:012d}-") for f in state["ledger"])
     if point == "tables_committed":
         return bool(reached["committed"])
     return "batch_id" in reached
+
+
+def dead_letters(spark: SparkSession, silver: str) -> DataFrame:
+    return spark.read.format("hudi").load(f"{silver}/{DATABASE}/{DEAD_LETTER_TABLE}")
+
+
+class Poison:
+    """Records the job cannot apply, produced into the accounts topic between kills: a JSON value (its framing
+    fails), a copy of a real record with two bytes appended (more than its writer schema reads) and one without
+    its key (the table's key comes from the Debezium key). Remembers their offsets."""
+
+    def __init__(self) -> None:
+        self.topic = f"{PREFIX}.{SCHEMA}.accounts"
+        self.producer = Producer({"bootstrap.servers": KAFKA_BOOTSTRAP, "enable.idempotence": True})
+        self.sample: KafkaRecord | None = None
+        self.produced: set[str] = set()
+
+    def produce(self, n: int) -> None:
+        if self.sample is None:
+            self.sample = next(r for r in read_topic(self.topic, min_records=1) if r.value is not None)
+        sample = self.sample
+        for key, value in ((sample.key, b'{"poison": %d}' % n), (sample.key, (sample.value or b"") + b"\x02\x04"),
+                           (None, sample.value)):
+            self.producer.produce(self.topic, key=key, value=value, on_delivery=self._delivered)
+        assert self.producer.flush(30) == 0
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        assert err is None, err
+        self.produced.add(f"{msg.topic()}/{msg.partition()}/{msg.offset()}")
 
 
 def silver_rows(spark: SparkSession, silver: str, table: str) -> DataFrame:
@@ -289,11 +327,13 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
     job = Job(job_conf(lake, folder / "job.yaml", 200), folder)
     rng = random.Random(RUN_ID)
     kills: list[Kill] = []
+    poison = Poison()
     with debezium_connector(f"cr-{RUN_ID}", PREFIX, [SCHEMA]):
         workload = Workload(seed=int(RUN_ID, 16))
         workload.start()
         try:
             for n, point in enumerate(PLAN, start=1):
+                poison.produce(n)
                 kills.append(kill_once(spark, job, silver, Kill(n, point), rng))
                 log.warning("kill %d at %s: %s %s", n, point, kills[-1].landed, kills[-1].observed)
         finally:
@@ -324,14 +364,21 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
     assert set(held) == kafka, f"Bronze misses {len(kafka - set(held))} offsets, has {len(set(held) - kafka)} extra"
     print(f"rows compared: {compared}; Kafka offsets in Bronze exactly once: {len(kafka)}")
 
+    dead = [r.dead_letter_id for r in dead_letters(spark, silver).select("dead_letter_id").collect()]
+    assert len(dead) == len(set(dead)), "a record is in the dead letters twice"
+    assert set(dead) == poison.produced, (
+        f"dead letters miss {sorted(poison.produced - set(dead))}, have extra {sorted(set(dead) - poison.produced)}"
+    )
+    print(f"poison records in the dead letters exactly once: {len(dead)}")
+
     missed = [p for p in NAMED if not any(k.point == p and k.landed == "hit" for k in kills)]
     assert not missed, f"named points never hit with their precondition: {missed}\n{report}"
-    assert len(kills) >= 18
+    assert len(kills) >= 19
 
 
 def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.Random) -> Kill:
-    armed = k.point if k.point in ("decode", "bronze_written", "ledger_written", "between_tables", "hudi_commit",
-                                   "tables_committed") else ""
+    armed = k.point if k.point in ("decode", "bronze_written", "dead_letters_written", "ledger_written",
+                                   "between_tables", "hudi_commit", "tables_committed") else ""
     process = job.start(armed)
     try:
         if armed:
@@ -344,6 +391,10 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
             if armed == "ledger_written":
                 table = reached["table"].split(".", 1)[1]
                 state["ledger"] = ledger_folders(spark, f"{silver}/{DATABASE}/{LEDGER_FOLDER}/{table}")[0]
+            if armed == "dead_letters_written":
+                state["dead_letter_batches"] = sorted(
+                    r.batch_id for r in dead_letters(spark, silver).select("batch_id").distinct().collect()
+                )
             k.observed = {"reached": reached, "in_flight": state}
             k.landed = "hit" if precondition(armed, reached, state) else "precondition not observed"
         elif k.point == "compaction":

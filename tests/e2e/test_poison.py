@@ -9,8 +9,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
+import socket
+import subprocess
+import threading
+import time
 import zlib
 from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -22,11 +29,12 @@ from pyspark.sql import SparkSession
 from app.batch.processor import BatchProcessor
 from app.config import DeadLetterConfig, JobConfig
 from app.errors import EnvelopeError, RegistryError, SchemaDecodeError
+from app.hooks import Hooks
 from app.job import await_query, start_query
 from app.sink.deadletters import dead_letter_target
 from app.state.status import read_status, status_path
 from app.wire.registry import RegistryClient
-from tests.conftest import RUN_ID
+from tests.conftest import ROOT, RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, REGISTRY_URL, job_config_for
 
 pytestmark = pytest.mark.stack
@@ -296,3 +304,192 @@ def test_fail_fast_unknown_op_names_the_record(
     with pytest.raises(EnvelopeError) as info:
         _run_fail_fast(spark, local_config, prefix, f"{lake_root}/{prefix}")
     assert f"{topic}[0]@1" in str(info.value) and "unknown_op" in str(info.value)
+
+
+# ---- per-table quarantine: Hudi refuses one table's write; the other tables go on ---------------------------------
+
+
+def _decimal(precision: int) -> dict[str, Any]:
+    return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": 2,
+            "connect.name": "org.apache.kafka.connect.data.Decimal",
+            "connect.parameters": {"scale": "2", "connect.decimal.precision": str(precision)}}
+
+
+class DecimalTopic(Topic):
+    """A table with `amount numeric(6,2)`, widened to numeric(12,2) by `widen` (a new value schema version)."""
+
+    def __init__(self, prefix: str, table: str) -> None:
+        self.name = f"{prefix}.s.{table}"
+        self.key_schema, self.value_schema = _schemas(self.name, self._fields(6))
+        self.key_id = _register(f"{self.name}-key", self.key_schema)
+        self.value_id = _register(f"{self.name}-value", self.value_schema)
+
+    @staticmethod
+    def _fields(precision: int) -> list[dict[str, Any]]:
+        return [{"name": "id", "type": "int"}, {"name": "amount", "type": ["null", _decimal(precision)],
+                                                 "default": None}]
+
+    def widen(self) -> None:
+        self.value_schema = _schemas(self.name, self._fields(12))[1]
+        self.value_id = _register(f"{self.name}-value", self.value_schema)
+
+    def change(self, op: str, id_: int, amount: str, lsn: int) -> bytes:
+        record = {"before": None, "after": {"id": id_, "amount": Decimal(amount)}, "source": {"lsn": lsn, "ts_ms": 1},
+                  "op": op}
+        return _framed(self.value_id, self.value_schema, record)
+
+
+@pytest.fixture(scope="module")
+def quarantined(
+    spark: SparkSession, local_config: JobConfig, lake_root: str, stack: None
+) -> Iterator[dict[str, Any]]:
+    """`c` (numeric(6,2)) and `d`. Run 1 creates both; before run 2 `c` is widened to numeric(12,2), which Hudi
+    refuses: `c` is quarantined, `d` goes on; run 3 (a restart) finds `c` still quarantined."""
+    prefix = f"qt{RUN_ID}"
+    c, d = DecimalTopic(prefix, "c"), Topic(prefix, "d")
+    config = _job(local_config, prefix, f"{lake_root}/{prefix}")
+    _produce(c.name, [(c.key(1), c.change("c", 1, "1234.50", 10))])
+    _produce(d.name, [(d.key(1), d.body("c", 1, "d-one", 11))])
+    _run_job(spark, config)
+    c.widen()
+    widened = _produce(c.name, [(c.key(2), c.change("c", 2, "1234567.89", 20))])
+    _produce(d.name, [(d.key(2), d.body("c", 2, "d-two", 21))])
+    second = _run_job(spark, config)
+    later = _produce(c.name, [(c.key(3), c.change("c", 3, "7.25", 30))])
+    _produce(d.name, [(d.key(3), d.body("c", 3, "d-three", 31))])
+    third = _run_job(spark, config)
+    yield {"config": config, "c": c, "d": d, "offsets": widened + later, "second": second, "third": third}
+
+
+def test_a_refused_schema_change_quarantines_its_table_only(spark: SparkSession, quarantined: dict) -> None:
+    config, c = quarantined["config"], quarantined["c"]
+    database, silver = config.lake.database, config.lake.silver_path
+    table = f"{database}.s_c"
+
+    c_rows = spark.read.format("hudi").load(f"{silver}/{database}/s_c").select("id").collect()
+    d_rows = spark.read.format("hudi").load(f"{silver}/{database}/s_d").select("id", "v").collect()
+    dead = [r for r in _dead_letters(spark, config) if r["topic"] == c.name]
+
+    assert [r["id"] for r in c_rows] == [1]  # as before the widening
+    assert sorted(map(tuple, d_rows)) == [(1, "d-one"), (2, "d-two"), (3, "d-three")]
+    assert [(r["kafka_offset"], r["error_kind"]) for r in dead] == [
+        (offset, "quarantined") for offset in quarantined["offsets"]
+    ]
+    assert all("SchemaCompatibilityException" in r["error_message"] or "MISSING_UNION_BRANCH" in r["error_message"]
+               for r in dead), dead[0]["error_message"]
+    second, third = quarantined["second"].history[-1][table], quarantined["third"].history[-1][table]
+    assert second.quarantined and third.quarantined
+    assert (second.upserts, second.dead_letters, third.dead_letters) == (0, 1, 1)
+
+
+def test_the_quarantine_survives_restarts_and_is_in_status(quarantined: dict, local_config: JobConfig) -> None:
+    config = quarantined["config"]
+    table = f"{config.lake.database}.s_c"
+
+    status = read_status(status_path(config), local_config.spark.conf.get("spark.hadoop.fs.s3a.endpoint"))
+
+    assert set(status["quarantined"]) == {table}
+    assert status["quarantined"][table]["batch_id"] == 1  # where it began; run 3 read it back from the lake
+    assert "step upsert" in status["quarantined"][table]["reason"]
+    assert status["tables"][table]["quarantined"]
+    assert status["failure"] is None
+
+
+# ---- a transient failure is waited out, never quarantined ----------------------------------------------------------
+
+
+class S3Server:
+    """A private S3 server (gofakes3 keeping its objects in a file, so a restart loses none), stopped and started by
+    the test to make a real outage under one table's write."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port = folder, _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.bucket = f"transient-{RUN_ID}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [str(ROOT / ".deps" / "bin" / "gofakes3"), "-backend", "bolt", "-bolt.db", str(self.folder / "s3.db"),
+             "-host", f"127.0.0.1:{self.port}", "-initialbucket", self.bucket, "-quiet"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.url}/{self.bucket}", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                time.sleep(0.2)
+        raise AssertionError(f"gofakes3 did not start on {self.url}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(30)
+            self.process = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OutageHooks(Hooks):
+    """At the first Silver write of the table, stop the table's S3 server for `outage_s`, then start it again."""
+
+    def __init__(self, server: S3Server, table_path: str, outage_s: float) -> None:
+        self.server, self.table_path, self.outage_s = server, table_path, outage_s
+        self.done = False
+        self.restarted = threading.Event()
+
+    def write_options(self, table_path: str) -> dict[str, str]:
+        if not self.done and table_path == self.table_path:
+            self.done = True
+            self.server.stop()
+            threading.Timer(self.outage_s, self._restart).start()
+        return {}
+
+    def _restart(self) -> None:
+        self.server.start()
+        self.restarted.set()
+
+
+@pytest.mark.usefixtures("stack")
+def test_an_object_store_outage_mid_write_is_waited_out_not_quarantined(
+    spark: SparkSession, local_config: JobConfig, lake_root: str, test_dir: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    folder = test_dir / f"transient-{RUN_ID}"
+    folder.mkdir(parents=True, exist_ok=True)
+    server = S3Server(folder)
+    server.start()
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    # The private bucket's own endpoint; s3a gives up at once, so the outage reaches the job's own retries.
+    for key, value in {"endpoint": server.url, "retry.limit": "0", "attempts.maximum": "0",
+                       "connection.establish.timeout": "1000", "retry.throttle.limit": "0"}.items():
+        hadoop.set(f"fs.s3a.bucket.{server.bucket}.{key}", value)
+    try:
+        prefix = f"tr{RUN_ID}"
+        e = Topic(prefix, "e")
+        config = _job(local_config, prefix, f"{lake_root}/{prefix}")
+        silver = f"s3a://{server.bucket}/silver"
+        config = dataclasses.replace(config, lake=dataclasses.replace(config.lake, silver_path=silver))
+        _produce(e.name, [(e.key(1), e.body("c", 1, "one", 10)), (e.key(2), e.body("c", 2, "two", 11))])
+        hooks = OutageHooks(server, config.lake.table_path("s_e"), outage_s=8.0)
+        processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
+        with caplog.at_level(logging.WARNING, logger="app.batch.writer"):
+            await_query(start_query(spark, config, processor, available_now=True), processor)
+        assert hooks.restarted.wait(30)
+
+        rows = spark.read.format("hudi").load(config.lake.table_path("s_e")).select("id", "v").collect()
+        stats = processor.history[-1][f"{config.lake.database}.s_e"]
+        assert sorted(map(tuple, rows)) == [(1, "one"), (2, "two")]
+        assert not stats.quarantined and not processor.quarantine.tables
+        retries = [r.getMessage() for r in caplog.records if "transient error" in r.getMessage()]
+        assert retries, "the outage never reached the job's retries"
+    finally:
+        server.stop()
