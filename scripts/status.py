@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Print the streaming job's status: what each topic feeds, each Silver table's latest batch figures, the topics
-skipped and why, Silver tables no topic feeds any longer, and the last failure.
+skipped and why, quarantined tables, dead letters and diverged keys per table, Silver tables no topic feeds any
+longer, and the last failure.
 
 The job rewrites `<lake.checkpoint_path>/status.json` at start and after every batch (app/state/status.py); this
 reads it (a local path, or S3 with boto3: credentials as usual, the endpoint from AWS_ENDPOINT_URL_S3 /
@@ -50,6 +51,16 @@ def summary(status: dict[str, Any], location: str) -> str:
     for topic, s in sorted(status["skipped_topics"].items()):
         seen = "none read yet" if s["batch_id"] is None else f"{s['records']} records in batch {s['batch_id']}"
         lines.append(f"  {topic}: {s['reason']} ({seen}; Bronze keeps them)")
+    quarantined = status.get("quarantined") or {}
+    lines.append("quarantined tables (their records go to the dead letters):" + ("" if quarantined else " none"))
+    for name, q in sorted(quarantined.items()):
+        lines.append(f"  {name}: since batch {q['batch_id']} at {q['at']}: {q['reason']}")
+    dead = status.get("dead_letters") or {}
+    lines.append("dead letters (since the status began):" + ("" if dead else " none"))
+    for name, d in sorted(dead.items()):
+        kinds = ", ".join(f"{k}={n}" for k, n in sorted(d["kinds"].items()))
+        more = " (more not listed)" if d.get("diverged_keys_truncated") else ""
+        lines.append(f"  {name}: {d['records']} records ({kinds}); diverged keys: {len(d['diverged_keys'])}{more}")
     lines.append("stale tables (fed by no subscribed topic):" + ("" if status["stale_tables"] else " none"))
     for name, reason in sorted(status["stale_tables"].items()):
         lines.append(f"  {name}: {reason}")

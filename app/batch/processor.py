@@ -48,12 +48,17 @@ class BatchProcessor:
     """Processes micro-batches for one job config: the planner (with the registry client), the tables' writer,
     the job's status."""
 
-    def __init__(self, config: JobConfig, registry: RegistryClient, hooks: Hooks | None = None) -> None:
+    def __init__(
+        self, config: JobConfig, registry: RegistryClient, hooks: Hooks | None = None, *, replay: bool = False
+    ) -> None:
+        """`replay`: the batch is dead letters fed again (scripts/replay_dead_letters.py): Bronze holds its records
+        already, and its tables take events below the offsets they committed, ordered by source position."""
         self.config = config
         self.hooks = hooks or Hooks()
+        self.replay = replay
         self.quarantine = Quarantine(config)  # app/sink/quarantine.py: read at the first batch, shared
         self.planner = Planner(config, registry, self.quarantine)
-        self.writer = TableWriter(config, self.hooks, self.quarantine)
+        self.writer = TableWriter(config, self.hooks, self.quarantine, replay=replay)
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
         # The latest batches this processor wrote (a bounded window: a stream runs for months).
         self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
@@ -105,7 +110,8 @@ class BatchProcessor:
         self.hooks.at("decode", batch_id=batch_id, tables=names)
         step.name = "bronze"
         started = time.monotonic()
-        self._write_bronze(raw_df, plan, batch_id)
+        if not self.replay:
+            self._write_bronze(raw_df, plan, batch_id)
         self.phases["bronze"] = time.monotonic() - started
         step.name = "tables"
         self.hooks.at("bronze_written", batch_id=batch_id, tables=names)

@@ -56,7 +56,7 @@ from app.routing.route import check_owner
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed
 from app.sink.deadletters import SAMPLE_KEYS, DeadLetters, dead_letter_rows
 from app.sink.hudi import HudiTarget, sized_options, table_exists, write_silver
-from app.sink.ledger import compact_ledger, read_ledger, write_ledger
+from app.sink.ledger import compact_ledger, ledger_key, read_ledger, write_ledger
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
 from app.sink.quarantine import Quarantine, QuarantineEntry, failure_kind
@@ -95,10 +95,16 @@ class Step:
 class TableWriter:
     """Writes tables' plans for one job config; `hooks` adds write options (tests only, app/hooks.py)."""
 
-    def __init__(self, config: JobConfig, hooks: Hooks, quarantine: Quarantine | None = None) -> None:
+    def __init__(
+        self, config: JobConfig, hooks: Hooks, quarantine: Quarantine | None = None, *, replay: bool = False
+    ) -> None:
         self.config = config
         self.hooks = hooks
         self.quarantine = quarantine or Quarantine(config)
+        # A replay of dead letters (app/batch/processor.py): the commit check lets every event through (their
+        # positions order them against the table's rows), and each event's verdict is kept for the report.
+        self.replay = replay
+        self.replayed: list[ReplayedEvent] = []
         self.meta_sync = MetaSync(every_commit=config.lake.meta_sync == "every_commit")
         self.dead_letters = DeadLetters(config)
 
@@ -157,6 +163,19 @@ class TableWriter:
                 f"batch {batch_id}: Hudi write of {plan.route.qualified_name} failed: {java_root_cause(e)}"
             ) from e
 
+    def _keep_verdicts(self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame) -> None:
+        """A replay: each event's verdict (in error, the latest of its key, blocked by the delete ledger, columns
+        still unavailable), for scripts/replay_dead_letters.py's report."""
+        topic = F.col(TOPIC_COL) if TOPIC_COL in judged_df.columns else F.lit(plan.route.topic)
+        rows = judged_df.select(
+            topic.alias("topic"), F.col(PARTITION_COL).alias("partition"), F.col(OFFSET_COL).alias("offset"),
+            F.col(POSITION_COL).alias("position"), F.col(LATEST_COL).alias("latest"),
+            F.col(BLOCKED_COL).alias("blocked"), is_delete(judged_df.columns).alias("delete"),
+            F.col(f"{ERROR_COL}.kind").alias("error_kind"), F.col(f"{ERROR_COL}.message").alias("error_message"),
+            ledger_key(target.record_key).alias("key"), F.col(UNAVAILABLE_COL).alias("unavailable"),
+        ).collect()
+        self.replayed.extend(ReplayedEvent(target, r.asDict()) for r in rows)
+
     def _quarantine(self, plan: TablePlan, error: Exception, step: Step, query_id: str) -> None:
         """Quarantine the table (its file first: app/sink/quarantine.py), then send the batch's records of its topics
         to the dead letters, kind `quarantined`; the batch goes on with the other tables."""
@@ -166,6 +185,7 @@ class TableWriter:
         entry = QuarantineEntry(table, reason, step.batch_id, datetime.now(UTC).isoformat(timespec="seconds"),
                                 tuple(plan.topics))
         self.quarantine.add(source_df.sparkSession, plan.route.database, plan.route.table, entry)
+        self.hooks.at("quarantined", batch_id=step.batch_id, table=table)
         log.error(
             "batch=%s table=%s QUARANTINED: %s. Its records go to the dead letters from now on, every other table "
             "goes on; after the fix, remove %s and restart (docs/when-things-go-wrong.md \"Quarantine\")",
@@ -200,6 +220,8 @@ class TableWriter:
         try:
             step.enter("count", plan.stats.steps_s)
             judged_df, counts = self._judge(plan, target, judged_df)
+            if self.replay:
+                self._keep_verdicts(plan, target, judged_df)
             step.enter("dead letters", plan.stats.steps_s)
             dead = self._write_dead_letters(plan, judged_df if counts["poison"] else None, step, query_id)
             # Records found unusable before decoding were counted as skipped (not among the events).
@@ -245,6 +267,8 @@ class TableWriter:
         """
         batch_offsets = OffsetRanges(plan.summary.offsets)
         if committed is None:
+            return plan, batch_offsets
+        if self.replay:  # dead letters lie below the committed offsets: their positions decide instead
             return plan, batch_offsets
         if not plan.route.merged:  # declared shards were checked when grouped
             check_owner(plan.route, {topic for topic, _ in committed.last}, self.config, committed.source_table)
@@ -369,6 +393,15 @@ class TableWriter:
             ", ".join(summary.keys[:SAMPLE_KEYS]) + (" ..." if len(summary.keys) > SAMPLE_KEYS else ""),
         )
         return summary.records
+
+
+@dataclass(frozen=True)
+class ReplayedEvent:
+    """One event of a replay and its verdict (TableWriter._keep_verdicts): topic, partition, offset, position,
+    latest, blocked, delete, error_kind, error_message, key (JSON), unavailable."""
+
+    target: HudiTarget
+    fields: dict[str, Any]
 
 
 WRITE_RETRY_BACKOFF_S = 5.0  # before a table's unit runs again after a transient failure; doubled each time

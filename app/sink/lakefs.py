@@ -36,3 +36,28 @@ def delete_path(spark: SparkSession, uri: str) -> bool:
     """Remove a file or a folder and everything below it; False when there was nothing."""
     fs, path = fs_and_path(spark, uri)
     return bool(fs.delete(path, True))
+
+
+def read_text(spark: SparkSession, uri: str) -> str:
+    """A small UTF-8 file's text."""
+    fs, path = fs_and_path(spark, uri)
+    stream = fs.open(path)
+    try:
+        jvm = spark.sparkContext._jvm
+        reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))  # type: ignore[union-attr]
+        lines = []
+        while (line := reader.readLine()) is not None:
+            lines.append(str(line))
+        return "\n".join(lines)
+    finally:
+        stream.close()
+
+
+def write_text(spark: SparkSession, uri: str, text: str) -> None:
+    """Write a small file whole (on S3 one PUT: all or nothing)."""
+    fs, path = fs_and_path(spark, uri)
+    out = fs.create(path, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()

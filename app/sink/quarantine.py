@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 
 from app.config import JobConfig
 from app.errors import EnvelopeError
-from app.sink.lakefs import fs_and_path, list_files
+from app.sink.lakefs import list_files, read_text, write_text
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Quarantine:
             root = f"{self.config.lake.silver_path.rstrip('/')}/{database}/{QUARANTINE_FOLDER}"
             for name in list_files(spark, root, ".json"):
                 try:
-                    raw = json.loads(_read_text(spark, f"{root}/{name}"))
+                    raw = json.loads(read_text(spark, f"{root}/{name}"))
                     entry = QuarantineEntry(raw["table"], raw["reason"], int(raw["batch_id"]), raw["at"],
                                             tuple(raw.get("topics", ())))
                 except (ValueError, KeyError, TypeError, Py4JError) as e:
@@ -125,26 +125,6 @@ class Quarantine:
 
     def add(self, spark: SparkSession, database: str, table: str, entry: QuarantineEntry) -> None:
         """Quarantine a table: its file first (one object: all or nothing on S3), then the in-memory set."""
-        fs, path = fs_and_path(spark, self.path(database, table))
-        out = fs.create(path, True)
-        try:
-            out.write(bytearray(json.dumps(asdict(entry), indent=2).encode("utf-8")))
-        finally:
-            out.close()
+        write_text(spark, self.path(database, table), json.dumps(asdict(entry), indent=2))
         with self._lock:
             self.tables[entry.table] = entry
-
-
-def _read_text(spark: SparkSession, uri: str) -> str:
-    fs, path = fs_and_path(spark, uri)
-    stream = fs.open(path)
-    try:
-        reader = spark.sparkContext._jvm.java.io.BufferedReader(  # type: ignore[union-attr]
-            spark.sparkContext._jvm.java.io.InputStreamReader(stream, "UTF-8")  # type: ignore[union-attr]
-        )
-        lines = []
-        while (line := reader.readLine()) is not None:
-            lines.append(str(line))
-        return "\n".join(lines)
-    finally:
-        stream.close()

@@ -12,6 +12,7 @@ import json
 import logging
 import socket
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -24,7 +25,9 @@ import fastavro
 import pytest
 import requests
 from confluent_kafka import Producer
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from app.batch.processor import BatchProcessor
 from app.config import DeadLetterConfig, JobConfig
@@ -32,8 +35,12 @@ from app.errors import EnvelopeError, RegistryError, SchemaDecodeError
 from app.hooks import Hooks
 from app.job import await_query, start_query
 from app.sink.deadletters import dead_letter_target
+from app.sink.hudi import HudiTarget, write_options
+from app.sink.lakefs import delete_path
+from app.sink.quarantine import Quarantine
 from app.state.status import read_status, status_path
 from app.wire.registry import RegistryClient
+from scripts.replay_dead_letters import Selection, replay
 from tests.conftest import ROOT, RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, REGISTRY_URL, job_config_for
 
@@ -97,8 +104,19 @@ def _job(local_config: JobConfig, prefix: str, lake: str, **dead_letters: Any) -
     return dataclasses.replace(config, dead_letters=DeadLetterConfig(**dead_letters))
 
 
-def _run_job(spark: SparkSession, config: JobConfig) -> BatchProcessor:
-    processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
+class CrashAt(Hooks):
+    """Ends the batch at a point with an error, as a kill there would: nothing after it is written."""
+
+    def __init__(self, point: str) -> None:
+        self.point = point
+
+    def at(self, point: str, **context: Any) -> None:
+        if point == self.point:
+            raise RuntimeError(f"simulated crash at {point} ({context})")
+
+
+def _run_job(spark: SparkSession, config: JobConfig, hooks: Hooks | None = None) -> BatchProcessor:
+    processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
     await_query(start_query(spark, config, processor, available_now=True), processor)
     return processor
 
@@ -354,8 +372,12 @@ def quarantined(
     c.widen()
     widened = _produce(c.name, [(c.key(2), c.change("c", 2, "1234567.89", 20))])
     _produce(d.name, [(d.key(2), d.body("c", 2, "d-two", 21))])
+    # The process dies right after the quarantine file is written (the crash window before its dead letters):
+    # the restart finds the table quarantined and the batch's records go to the dead letters then.
+    with pytest.raises(StreamingQueryException):
+        _run_job(spark, config, CrashAt("quarantined"))
     second = _run_job(spark, config)
-    later = _produce(c.name, [(c.key(3), c.change("c", 3, "7.25", 30))])
+    later = _produce(c.name, [(c.key(2), c.change("u", 2, "99.99", 35)), (c.key(3), c.change("c", 3, "7.25", 30))])
     _produce(d.name, [(d.key(3), d.body("c", 3, "d-three", 31))])
     third = _run_job(spark, config)
     yield {"config": config, "c": c, "d": d, "offsets": widened + later, "second": second, "third": third}
@@ -379,7 +401,7 @@ def test_a_refused_schema_change_quarantines_its_table_only(spark: SparkSession,
                for r in dead), dead[0]["error_message"]
     second, third = quarantined["second"].history[-1][table], quarantined["third"].history[-1][table]
     assert second.quarantined and third.quarantined
-    assert (second.upserts, second.dead_letters, third.dead_letters) == (0, 1, 1)
+    assert (second.upserts, second.dead_letters, third.dead_letters) == (0, 1, 2)
 
 
 def test_the_quarantine_survives_restarts_and_is_in_status(quarantined: dict, local_config: JobConfig) -> None:
@@ -389,7 +411,7 @@ def test_the_quarantine_survives_restarts_and_is_in_status(quarantined: dict, lo
     status = read_status(status_path(config), local_config.spark.conf.get("spark.hadoop.fs.s3a.endpoint"))
 
     assert set(status["quarantined"]) == {table}
-    assert status["quarantined"][table]["batch_id"] == 1  # where it began; run 3 read it back from the lake
+    assert status["quarantined"][table]["batch_id"] == 1  # where it began (the crashed run); read back from the lake
     assert "step upsert" in status["quarantined"][table]["reason"]
     assert status["tables"][table]["quarantined"]
     assert status["failure"] is None
@@ -493,3 +515,72 @@ def test_an_object_store_outage_mid_write_is_waited_out_not_quarantined(
         assert retries, "the outage never reached the job's retries"
     finally:
         server.stop()
+
+
+# ---- replay: the quarantined table repaired ------------------------------------------------------------------------
+
+
+def _rewrite_amount(spark: SparkSession, config: JobConfig, table: str, decimal_type: str) -> None:
+    """The fix for a refused type change: the table rewritten whole with the new type (Hudi's overwrite)."""
+    path = config.lake.table_path(table)
+    target = HudiTarget(database=config.lake.database, table=table, path=path, record_key=("id",))
+    current = spark.read.format("hudi").load(path)
+    rows = current.drop(*[c for c in current.columns if c.startswith("_hoodie_") and c != "_hoodie_is_deleted"])
+    rows = rows.withColumn("amount", F.col("amount").cast(decimal_type))
+    rows = spark.createDataFrame(rows.collect(), rows.schema)  # read whole before the overwrite removes the files
+    rows.write.format("hudi").options(**write_options(target, 0, "rewrite")).mode("overwrite").save(path)
+
+
+def test_replay_repairs_the_quarantined_table_in_source_order(spark: SparkSession, quarantined: dict) -> None:
+    config, c = quarantined["config"], quarantined["c"]
+    database, table = config.lake.database, f"{config.lake.database}.s_c"
+    widened, updated, inserted = quarantined["offsets"]
+    _rewrite_amount(spark, config, "s_c", "decimal(12,2)")
+    quarantine = Quarantine(config)
+    delete_path(spark, quarantine.path(database, "s_c"))
+
+    outcomes = replay(spark, config, Selection(tables=(table,)))
+
+    assert [(o.dead_letter_id, o.status) for o in outcomes] == [
+        (f"{c.name}/0/{widened}", "superseded"), (f"{c.name}/0/{updated}", "applied"),
+        (f"{c.name}/0/{inserted}", "applied"),
+    ]
+    assert "later replayed record" in outcomes[0].detail
+    rows = spark.read.format("hudi").load(config.lake.table_path("s_c")).select("id", "amount").collect()
+    assert sorted((r["id"], str(r["amount"])) for r in rows) == [(1, "1234.50"), (2, "99.99"), (3, "7.25")]
+    marks = {r["dead_letter_id"]: r["replay_status"] for r in _dead_letters(spark, config) if r["topic"] == c.name}
+    assert marks == {f"{c.name}/0/{widened}": "superseded", f"{c.name}/0/{updated}": "applied",
+                     f"{c.name}/0/{inserted}": "applied"}
+
+    # An old dead letter replayed again never overwrites the newer row.
+    again = replay(spark, config, Selection(topic=c.name, from_offset=widened, to_offset=widened, again=True))
+
+    assert [(o.status, "newer change" in o.detail) for o in again] == [("superseded", True)]
+    rows = spark.read.format("hudi").load(config.lake.table_path("s_c")).select("id", "amount").collect()
+    assert sorted((r["id"], str(r["amount"])) for r in rows) == [(1, "1234.50"), (2, "99.99"), (3, "7.25")]
+
+    # The job takes the table's changes again.
+    later = _produce(c.name, [(c.key(4), c.change("c", 4, "123456.78", 40))])
+    _run_job(spark, config)
+    rows = spark.read.format("hudi").load(config.lake.table_path("s_c")).select("id", "amount").collect()
+    assert (4, "123456.78") in {(r["id"], str(r["amount"])) for r in rows}, later
+
+
+def test_replay_reports_records_that_still_fail(spark: SparkSession, poisoned: dict) -> None:
+    config, a = poisoned["config"], poisoned["a"]
+    offsets = poisoned["offsets"]
+
+    outcomes = replay(spark, config, Selection(kinds=("trailing_bytes", "unknown_op")))
+
+    assert [(o.dead_letter_id, o.status) for o in outcomes] == [
+        (f"{a.name}/0/{offsets['trailing_bytes']}", "failed"), (f"{a.name}/0/{offsets['unknown_op']}", "failed"),
+    ]
+    assert "trailing_bytes" in outcomes[0].detail and "unknown_op" in outcomes[1].detail
+    rows = spark.read.format("hudi").load(f"{config.lake.silver_path}/{config.lake.database}/s_a").select("id", "v")
+    assert sorted(map(tuple, rows.collect())) == [(1, "one-v3"), (2, "two"), (3, "three")]
+
+
+def test_replay_help_has_no_side_effects() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "replay_dead_letters.py"), "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "--table" in done.stdout and "superseded" in done.stdout

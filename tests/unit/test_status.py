@@ -87,3 +87,30 @@ def test_a_recorded_failure_is_cleared_by_the_next_batch() -> None:
     assert status.failure is None and status.failed_at is None
     status.record_failure(RuntimeError("refused"))
     assert (status.failure, status.failed_at) == ("at start: RuntimeError: refused", None)
+
+
+def test_dead_letters_and_diverged_keys_add_up_per_table_and_are_carried(spark: SparkSession, tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    status = JobStatus(conf="conf/x.yaml")
+    first = TableBatchStats("lake.orders", rows_in=3, dead_letters=2, dead_letter_kinds={"decode": 1, "framing": 1},
+                            diverged_keys=['{"id":1}', '{"id":2}'])
+    status.record_batch(1, [first], {}, 1.0)
+    second = TableBatchStats("lake.orders", rows_in=2, dead_letters=1, dead_letter_kinds={"decode": 1},
+                             diverged_keys=['{"id":2}'])
+    clean = TableBatchStats("lake.items", rows_in=4, upserts=4)
+    status.record_batch(2, [second, clean], {}, 1.0)
+    status.quarantined = {"lake.prices": {"reason": "step upsert: MISSING_UNION_BRANCH", "batch_id": 2, "at": "t"}}
+    write_status(spark, config, status)
+
+    written = read_status(status_path(config))
+    entry = written["dead_letters"]["lake.orders"]
+    assert (entry["records"], entry["kinds"], entry["diverged_keys"]) == (
+        3, {"decode": 2, "framing": 1}, ['{"id":1}', '{"id":2}'])
+    assert entry["last_batch_id"] == 2 and not entry["diverged_keys_truncated"]
+    assert "lake.items" not in written["dead_letters"]
+    assert "diverged_keys" not in written["tables"]["lake.orders"]  # listed once, under dead_letters
+    assert load_status(spark, config).dead_letters == written["dead_letters"]  # a restart carries them on
+
+    printed = summary(written, status_path(config))
+    assert "lake.orders: 3 records (decode=2, framing=1); diverged keys: 2" in printed
+    assert "lake.prices: since batch 2 at t: step upsert: MISSING_UNION_BRANCH" in printed
