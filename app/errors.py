@@ -56,6 +56,11 @@ class EnvelopeError(PipelineError):
     """A decoded value is not a Debezium envelope the unwrap step understands."""
 
 
+class SourceSettingError(EnvelopeError):
+    """A topic's events contradict the job's own config (a source's `connector` or `events`, a discriminator): the
+    job stops, naming the setting, rather than quarantining the table (app/sink/quarantine.py)."""
+
+
 class SinkWriteError(PipelineError):
     """A Hudi or Bronze write failed; names the table and batch."""
 

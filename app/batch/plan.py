@@ -72,6 +72,8 @@ class TablePlan:
     dead_df: DataFrame | None = None
     source_df: DataFrame | None = None  # the batch's framed records: the raw bytes of its dead letters
     key_schemas: dict[SchemaRef, str] = field(default_factory=dict)  # the key schemas of its records, by id
+    # Why its events cannot be planned (an EnvelopeError's message): the writer quarantines the table.
+    quarantine: str | None = None
 
     def __post_init__(self) -> None:
         if not self.routes:

@@ -36,7 +36,7 @@ from app.cdc.unwrap import (
     with_soft_deletes,
 )
 from app.config import JobConfig
-from app.errors import EnvelopeError, RegistryError, SchemaDecodeError, required
+from app.errors import EnvelopeError, RegistryError, SchemaDecodeError, SourceSettingError, required
 from app.routing.catalog import PartitionRoots, all_partition_roots
 from app.routing.route import TableRoute, route_topic, skip_reason
 from app.sink.hudi import HudiTarget, recorded_record_key
@@ -157,6 +157,18 @@ class Planner:
             stats.quarantined = quarantined
             return TablePlan(route, None, None, None, stats, summary, source_df=framed_df,
                              dead_df=quarantined_coordinates(framed_df, [topic], quarantined))
+        try:
+            return self._plan_events(framed_df, topic, summary, route, stats)
+        except EnvelopeError as e:
+            if self.config.dead_letters.mode == "fail_fast" or isinstance(e, SourceSettingError):
+                raise
+            # The topic's events cannot become rows of its table (a writer schema that is no Debezium event, nor an
+            # unwrap-SMT event that keeps deletes and order): the writer quarantines the table.
+            return TablePlan(route, None, None, None, stats, summary, source_df=framed_df, quarantine=str(e))
+
+    def _plan_events(
+        self, framed_df: DataFrame, topic: str, summary: TopicSummary, route: TableRoute, stats: TableBatchStats
+    ) -> TablePlan:
         topic_df = framed_df.filter(F.col("topic") == topic)
         dead = []
         if summary.unframed:  # dead-letter mode only: fail-fast stopped at _check_framing
@@ -297,7 +309,7 @@ class Planner:
         envelope = is_envelope([f["name"] for f in top_fields])
         if route.events != "auto" and envelope != (route.events == "envelope"):
             found = "an envelope" if envelope else "an unwrap-SMT (flattened) event"
-            raise EnvelopeError(
+            raise SourceSettingError(
                 f"{topic}: writer schema {ref} is {found}, but source {route.source} says events: {route.events}; "
                 f"fix that setting (or set it to auto)"
             )
@@ -312,7 +324,7 @@ class Planner:
             raise EnvelopeError(f"{topic}: writer schema {ref}: {e}") from e
         expected = route.connector
         if expected != "auto" and CONNECTOR_KINDS[expected] != connector:
-            raise EnvelopeError(
+            raise SourceSettingError(
                 f"{topic}: writer schema {ref} is a {connector} connector's (its source position), but source "
                 f"{route.source} says connector: {expected}; fix that setting (or set it to auto)"
             )
@@ -383,7 +395,7 @@ def with_discriminator(events_df: DataFrame, route: TableRoute, config: JobConfi
         return events_df.withColumn(discriminator.column, F.lit(discriminator.value))
     if discriminator.column not in events_df.columns:
         key = config.table_setting_key(route.source, route.source_key, "discriminator")
-        raise EnvelopeError(
+        raise SourceSettingError(
             f"{route.topic}: has no column {discriminator.column!r}, its discriminator ({key}); set "
             f"{key}.value to add it"
         )

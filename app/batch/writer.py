@@ -123,6 +123,10 @@ class TableWriter:
         attempt = 0
         while True:
             try:
+                if plan.quarantine is not None:  # its events could not be planned
+                    step.name = "plan"
+                    self._quarantine(plan, EnvelopeError(plan.quarantine), step, query_id)
+                    break
                 self._write_unit(plan, batch_id, query_id, step)
                 break
             except Exception as e:

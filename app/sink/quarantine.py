@@ -24,7 +24,7 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig
-from app.errors import EnvelopeError
+from app.errors import EnvelopeError, SourceSettingError
 from app.sink.lakefs import list_files, read_text, write_text
 
 log = logging.getLogger(__name__)
@@ -61,12 +61,15 @@ def failure_kind(error: BaseException) -> FailureKind:
     text = _chain_text(error)
     if any(marker in text for marker in TRANSIENT):
         return "transient"
-    if isinstance(error, EnvelopeError) or any(marker in text for marker in QUARANTINING):
+    refused = isinstance(error, EnvelopeError) and not isinstance(error, SourceSettingError)
+    if refused or any(marker in text for marker in QUARANTINING):
         return "quarantine"
     return "other"
 
 
 def _chain_text(error: BaseException) -> str:
+    """The messages of the error and its causes, Java's included (a Py4JJavaError's text holds the JVM's "Caused
+    by:" lines), without stack frames: only what was thrown is matched, not where."""
     parts = []
     seen: set[int] = set()
     current: BaseException | None = error
@@ -76,7 +79,8 @@ def _chain_text(error: BaseException) -> str:
         if isinstance(current, EnvelopeError):
             break
         current = current.__cause__ or current.__context__
-    return "\n".join(parts)
+    lines = "\n".join(parts).splitlines()
+    return "\n".join(line for line in lines if not line.lstrip().startswith("at "))
 
 
 @dataclass(frozen=True)

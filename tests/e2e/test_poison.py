@@ -365,9 +365,15 @@ def quarantined(
     refuses: `c` is quarantined, `d` goes on; run 3 (a restart) finds `c` still quarantined."""
     prefix = f"qt{RUN_ID}"
     c, d = DecimalTopic(prefix, "c"), Topic(prefix, "d")
+    # `f` carries rows that are neither Debezium envelopes nor unwrap-SMT events (no __deleted): its events cannot
+    # be planned at all, and its table is quarantined from the first batch.
+    f_topic = f"{prefix}.s.f"
+    f_key, f_value = _schemas(f_topic)[0], {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "int"}]}
+    f_ids = (_register(f"{f_topic}-key", f_key), _register(f"{f_topic}-value", f_value))
     config = _job(local_config, prefix, f"{lake_root}/{prefix}")
     _produce(c.name, [(c.key(1), c.change("c", 1, "1234.50", 10))])
     _produce(d.name, [(d.key(1), d.body("c", 1, "d-one", 11))])
+    f_offsets = _produce(f_topic, [(_framed(f_ids[0], f_key, {"id": 1}), _framed(f_ids[1], f_value, {"id": 1}))])
     _run_job(spark, config)
     c.widen()
     widened = _produce(c.name, [(c.key(2), c.change("c", 2, "1234567.89", 20))])
@@ -380,7 +386,8 @@ def quarantined(
     later = _produce(c.name, [(c.key(2), c.change("u", 2, "99.99", 35)), (c.key(3), c.change("c", 3, "7.25", 30))])
     _produce(d.name, [(d.key(3), d.body("c", 3, "d-three", 31))])
     third = _run_job(spark, config)
-    yield {"config": config, "c": c, "d": d, "offsets": widened + later, "second": second, "third": third}
+    yield {"config": config, "c": c, "d": d, "offsets": widened + later, "second": second, "third": third,
+           "f": (f_topic, f_offsets)}
 
 
 def test_a_refused_schema_change_quarantines_its_table_only(spark: SparkSession, quarantined: dict) -> None:
@@ -410,11 +417,27 @@ def test_the_quarantine_survives_restarts_and_is_in_status(quarantined: dict, lo
 
     status = read_status(status_path(config), local_config.spark.conf.get("spark.hadoop.fs.s3a.endpoint"))
 
-    assert set(status["quarantined"]) == {table}
+    assert set(status["quarantined"]) == {table, f"{config.lake.database}.s_f"}
     assert status["quarantined"][table]["batch_id"] == 1  # where it began (the crashed run); read back from the lake
     assert "step upsert" in status["quarantined"][table]["reason"]
     assert status["tables"][table]["quarantined"]
     assert status["failure"] is None
+
+
+def test_a_topic_whose_events_cannot_be_planned_quarantines_its_table(
+    spark: SparkSession, quarantined: dict, local_config: JobConfig
+) -> None:
+    config = quarantined["config"]
+    f_topic, f_offsets = quarantined["f"]
+    table = f"{config.lake.database}.s_f"
+
+    status = read_status(status_path(config), local_config.spark.conf.get("spark.hadoop.fs.s3a.endpoint"))
+    dead = [r for r in _dead_letters(spark, config) if r["topic"] == f_topic]
+
+    assert status["quarantined"][table]["batch_id"] == 0
+    assert "step plan: EnvelopeError" in status["quarantined"][table]["reason"]
+    assert "__deleted" in status["quarantined"][table]["reason"]
+    assert [(r["kafka_offset"], r["error_kind"]) for r in dead] == [(f_offsets[0], "quarantined")]
 
 
 # ---- a transient failure is waited out, never quarantined ----------------------------------------------------------

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import JobConfig
+from app.config import DeadLetterConfig, JobConfig
 from app.errors import EnvelopeError
 from tests.conftest import RUN_ID
 from tests.support.cdc import debezium_connector, job_config_for, wait_for_records
@@ -167,6 +167,11 @@ def test_settings_that_lose_deletes_or_order_are_refused(
             .option("includeHeaders", "true")
             .load()
         )
-        with pytest.raises(EnvelopeError, match=message) as e:
-            Pipeline.of(spark, config).processor.planner.plan(raw_df)
-        assert f"{prefix(mode)}.{SCHEMA}.items" in str(e.value)
+        # The table's events cannot be applied: the table is quarantined, the reason naming the setting.
+        [table_plan] = Pipeline.of(spark, config).processor.planner.plan(raw_df).tables
+        assert table_plan.quarantine is not None and re.search(message, table_plan.quarantine), table_plan.quarantine
+        assert f"{prefix(mode)}.{SCHEMA}.items" in table_plan.quarantine
+        # In fail-fast mode the batch stops instead.
+        fail_fast = dataclasses.replace(config, dead_letters=DeadLetterConfig(mode="fail_fast"))
+        with pytest.raises(EnvelopeError, match=message):
+            Pipeline.of(spark, fail_fast).processor.planner.plan(raw_df)
