@@ -44,7 +44,7 @@ from scripts.replay_dead_letters import Selection, replay
 from tests.conftest import ROOT, RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, REGISTRY_URL, job_config_for
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 UNKNOWN_ID = 2_000_000_000
 
