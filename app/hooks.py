@@ -7,6 +7,8 @@ The points a batch reaches, in order (`at`):
     decode            the batch framed, its writer schemas fetched, nothing written yet
     bronze_written    Bronze written, no Silver table yet
     dead_letters_written  a table's dead letters written (app/sink/deadletters.py), its Silver commit not yet
+    dead_letters_settled  a table's dead letters settled by the batch's snapshot reads marked, its Silver commit not
+                      yet (app/batch/writer.py: settle)
     quarantined       a table's quarantine file written (app/sink/quarantine.py), its batch's records not yet in
                       the dead letters
     ledger_written    a hard-delete table's delete ledger written (app/sink/ledger.py), its Silver commit not yet
@@ -18,8 +20,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 POINTS: Final = (
-    "decode", "bronze_written", "dead_letters_written", "quarantined", "ledger_written", "between_tables",
-    "tables_committed",
+    "decode", "bronze_written", "dead_letters_written", "dead_letters_settled", "quarantined", "ledger_written",
+    "between_tables", "tables_committed",
 )
 
 

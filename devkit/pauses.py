@@ -13,8 +13,8 @@ The job runs with them as `python -m devkit.pauses --conf <file> [job arguments]
 When the job reaches an armed point the first time, it writes `<CDC_PAUSE_DIR>/<point>.json` (the point, the
 batch id and what the caller reports: the table, the tables committed so far) and sleeps until it is killed.
 
-The points are app/hooks.py's POINTS (decode, bronze_written, dead_letters_written, quarantined, ledger_written,
-between_tables, tables_committed) and
+The points are app/hooks.py's POINTS (decode, bronze_written, dead_letters_written, dead_letters_settled,
+quarantined, ledger_written, between_tables, tables_committed) and
 
     hudi_commit       inside a Hudi commit: data files and markers written, the instant still inflight
                       (io.cdclake.testing.PausingPreCommitValidator in jvm/, a Hudi pre-commit validator)

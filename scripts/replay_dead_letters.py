@@ -12,11 +12,14 @@ table has none, the report names the keys to re-snapshot.
 Each record's outcome, printed and written to its dead-letter row (`replay_status`, `replay_detail`,
 `replayed_at`):
     applied      the table now holds this change (or, for a delete, no row of the key)
+    incomplete   the table holds this change, but columns it left out (TOAST placeholders) had no value to take
+                 from the table: the report names the key to re-snapshot (the job settles it when the snapshot
+                 read arrives)
     superseded   the table holds a newer change of the key, or a later replayed record of it, or the key was
                  deleted later
-    failed       the record still cannot be decoded or applied (its error is reported; the row stays as it was)
-Records already replayed are left out unless --again. status.json's diverged keys are then the keys of the dead
-letters neither applied nor superseded.
+    failed       the record still cannot be decoded or applied (its error is reported)
+Records replayed before (unless they failed) or settled by a re-snapshot are left out unless --again. status.json's
+diverged keys are then the keys of the dead letters neither applied, superseded nor resnapshotted.
 
 Stop the job first: it and this script would be two writers of the same Hudi tables. A quarantined table
 (docs/when-things-go-wrong.md "Quarantine") is replayed only once its quarantine file is removed.
@@ -25,8 +28,8 @@ Stop the job first: it and this script would be two writers of the same Hudi tab
     python scripts/replay_dead_letters.py --conf conf/local.yaml --kind quarantined --dry-run
     python scripts/replay_dead_letters.py --conf conf/local.yaml --topic tickit.crm.users --from-offset 100
 
-Exit status: 0 when every chosen record was applied or superseded, 1 when some failed again, 2 when nothing can
-be replayed (bad arguments, a quarantined table, no dead-letter table).
+Exit status: 0 when every chosen record was applied or superseded, 1 when some failed again or are incomplete, 2
+when nothing can be replayed (bad arguments, a quarantined table, no dead-letter table).
 """
 from __future__ import annotations
 
@@ -50,8 +53,16 @@ from app.batch.processor import BatchProcessor
 from app.cdc.columns import OFFSET_COL, PARTITION_COL, POSITION_COL
 from app.config import load_config
 from app.errors import ConfigError
-from app.sink.deadletters import dead_letter_target
-from app.sink.hudi import table_exists, write_options
+from app.sink.deadletters import (
+    APPLIED,
+    FAILED,
+    INCOMPLETE,
+    SUPERSEDED,
+    DeadLetters,
+    dead_letter_target,
+    is_unsettled,
+)
+from app.sink.hudi import table_exists
 from app.sink.lakefs import fs_and_path, read_text, write_text
 from app.sink.ledger import ledger_key
 from app.sink.quarantine import Quarantine
@@ -61,9 +72,6 @@ from app.wire.registry import RegistryClient
 from app.wire.source import KAFKA_SCHEMA
 
 log = logging.getLogger("replay_dead_letters")
-
-APPLIED, SUPERSEDED, FAILED = "applied", "superseded", "failed"
-
 
 @dataclass(frozen=True)
 class Selection:
@@ -126,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"replay_dead_letters: {e}", file=sys.stderr)
         return 2
     print(report(outcomes))
-    return 1 if any(o.status == FAILED for o in outcomes) else 0
+    return 1 if any(o.status in (FAILED, INCOMPLETE) for o in outcomes) else 0
 
 
 class ReplayRefused(Exception):
@@ -153,7 +161,7 @@ def chosen(spark: Any, config: Any, selection: Selection) -> Any:
         condition &= F.col("kafka_offset") >= selection.from_offset
     if selection.to_offset is not None:
         condition &= F.col("kafka_offset") <= selection.to_offset
-    if not selection.again and "replay_status" in rows.columns:
+    if not selection.again and "replay_status" in rows.columns:  # an incomplete one waits for its re-snapshot
         condition &= F.col("replay_status").isNull() | (F.col("replay_status") == FAILED)
     return rows.filter(condition)
 
@@ -250,7 +258,7 @@ def _verdict(event: Any, rows_now: dict[tuple[str, str], dict[str, Any]]) -> tup
         return (APPLIED, "the key's row is deleted") if f["delete"] else (SUPERSEDED, "the key was deleted later")
     if (row["_kafka_partition"], row["_kafka_offset"]) == (f["partition"], f["offset"]):
         if f["unavailable"]:
-            return APPLIED, (f"columns {', '.join(f['unavailable'])} were not in the event and the table had no "
+            return INCOMPLETE, (f"columns {', '.join(f['unavailable'])} were not in the event and the table had no "
                              f"value for them: re-snapshot key {f['key']} of {event.target.qualified_name} "
                              "(a Debezium incremental snapshot of that key)")
         return APPLIED, ""
@@ -260,23 +268,16 @@ def _verdict(event: Any, rows_now: dict[tuple[str, str], dict[str, Any]]) -> tup
 
 
 def _mark(spark: Any, config: Any, rows_df: Any, outcomes: list[Outcome], batch_id: int) -> None:
-    """Write each outcome to its dead-letter row (an upsert of the rows, with the replay columns)."""
-
-    target = dead_letter_target(config)
+    """Write each outcome to its dead-letter row."""
     marks = spark.createDataFrame([(o.dead_letter_id, o.status, o.detail) for o in outcomes],
                                   "dead_letter_id string, replay_status string, replay_detail string")
-    base = rows_df.drop(*[c for c in rows_df.columns if c.startswith("_hoodie_")],
-                        "replay_status", "replay_detail", "replayed_at")
-    marked = base.join(marks, "dead_letter_id").withColumn("replayed_at", F.current_timestamp())
-    options = {**write_options(target, batch_id, "replay"), "hoodie.datasource.write.operation": "upsert",
-               "hoodie.datasource.write.precombine.field": "batch_id"}
-    marked.write.format("hudi").options(**options).mode("append").save(target.path)
+    DeadLetters(config).mark(rows_df, marks, batch_id, "replay")
 
 
 def settle_status(spark: Any, config: Any) -> None:
     """Bring status.json's diverged keys in line with the dead letters: a key stays diverged while one of its dead
-    letters is neither applied nor superseded. (The job rewrites the file after each batch from what it holds,
-    which is why it must be stopped during a replay.)"""
+    letters is neither applied, superseded nor resnapshotted. (The job rewrites the file after each batch from what
+    it holds, which is why it must be stopped during a replay.)"""
     location = status_path(config)
     fs, path = fs_and_path(spark, location)
     if not fs.exists(path):
@@ -284,7 +285,7 @@ def settle_status(spark: Any, config: Any) -> None:
     status = json.loads(read_text(spark, location))
     pending = (
         spark.read.format("hudi").load(dead_letter_target(config).path)
-        .filter(F.col("replay_status").isNull() | (F.col("replay_status") == FAILED))
+        .filter(is_unsettled())
         .groupBy("source_table").agg(F.sort_array(F.collect_set("record_key")).alias("keys")).collect()
     )
     keys = {r["source_table"]: list(r["keys"]) for r in pending}

@@ -8,6 +8,9 @@
     dead letters   the events that cannot be applied (`_cdc_error`) and the records found unusable before decoding,
                    to the dead-letter table, before the table's commit (app/sink/deadletters.py); in fail-fast
                    mode the first of them stops the batch instead
+    settle         only when the batch has snapshot reads (`op=r`) of a table with pending dead letters: those of
+                   the keys read later in the same partition are marked resnapshotted, before the commit (a crash
+                   between the two marks them again, harmlessly: the batch is read again)
     ledger write   deletes and re-inserts recorded in the ledger, before the table (app/sink/ledger.py)
     upsert         the Hudi write, its commit carrying the batch's offsets and highest position (app/sink/commit.py),
                    then Hudi's meta sync when the catalog can be behind (app/sink/metasync.py)
@@ -41,6 +44,7 @@ from app.cdc.columns import (
     INTERNAL_COLUMNS,
     LATEST_COL,
     OFFSET_COL,
+    OP_COL,
     PARTITION_COL,
     POSITION_COL,
     REINSERT_COL,
@@ -48,7 +52,7 @@ from app.cdc.columns import (
     UNAVAILABLE_COL,
 )
 from app.cdc.unavailable import is_pending, is_unresolved
-from app.cdc.unwrap import is_delete
+from app.cdc.unwrap import OP_READ, is_delete
 from app.config import JobConfig
 from app.errors import EnvelopeError, SchemaDecodeError, SinkWriteError, java_root_cause, required
 from app.hooks import Hooks
@@ -60,6 +64,7 @@ from app.sink.ledger import compact_ledger, ledger_key, read_ledger, write_ledge
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
 from app.sink.quarantine import Quarantine, QuarantineEntry, failure_kind
+from app.state.status import MAX_DIVERGED_KEYS
 from app.wire.decode import DECODE, TRAILING_BYTES
 
 log = logging.getLogger(__name__)
@@ -198,7 +203,7 @@ class TableWriter:
         step.enter("quarantine", plan.stats.steps_s)
         rows_df = dead_letter_rows(quarantined_coordinates(source_df, plan.topics, reason), source_df, table,
                                    plan.key_schemas, step.batch_id)
-        summary = self.dead_letters.write(rows_df, step.batch_id, query_id)
+        summary = self.dead_letters.write(rows_df, step.batch_id, query_id, table)
         stats = plan.stats
         stats.quarantined, stats.upserts, stats.deletes, stats.superseded = reason, 0, 0, 0
         stats.dead_letters = summary.records
@@ -230,6 +235,10 @@ class TableWriter:
             dead = self._write_dead_letters(plan, judged_df if counts["poison"] else None, step, query_id)
             # Records found unusable before decoding were counted as skipped (not among the events).
             plan.stats.skipped = max(0, plan.stats.skipped - (dead - counts["poison"]))
+            if (counts["snapshot_reads"] and not self.replay
+                    and self.dead_letters.has_pending(spark, target.qualified_name)):
+                step.enter("settle", plan.stats.steps_s)
+                self._settle(plan, target, judged_df, step, query_id)
             step.enter("ledger write", plan.stats.steps_s)
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/sink/ledger.py).
             if hard and (counts["deletes"] or counts["reinserts"]):
@@ -250,6 +259,28 @@ class TableWriter:
         if recorded:
             step.enter("ledger compaction", plan.stats.steps_s)
             self._compact_ledger(spark, target, step.batch_id)
+
+    def _settle(self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame, step: Step, query_id: str) -> None:
+        """The table's dead letters a snapshot read of the batch settles (module docstring: settle)."""
+        topic = F.col(TOPIC_COL) if TOPIC_COL in judged_df.columns else F.lit(plan.route.topic)
+        good = F.col(ERROR_COL).isNull() if ERROR_COL in judged_df.columns else F.lit(True)
+        reads_df = judged_df.filter(good & (F.col(OP_COL) == OP_READ)).select(
+            topic.alias("topic"), F.col(PARTITION_COL).alias("partition"), F.col(OFFSET_COL).alias("offset"),
+            ledger_key(target.record_key).alias("record_key"),
+        )
+        settlement = self.dead_letters.settle(reads_df, target.qualified_name, step.batch_id, query_id,
+                                              MAX_DIVERGED_KEYS + 1)
+        self.hooks.at("dead_letters_settled", batch_id=step.batch_id, table=target.qualified_name)
+        stats = plan.stats
+        stats.settled, stats.settled_keys, stats.pending_keys = (
+            settlement.records, settlement.keys, settlement.pending_keys)
+        if settlement.records:
+            log.info(
+                "batch=%s table=%s: %d dead letters settled by snapshot reads (keys: %s); still diverged: %d key(s)",
+                step.batch_id, target.qualified_name, settlement.records,
+                ", ".join(settlement.keys[:SAMPLE_KEYS]) + (" ..." if len(settlement.keys) > SAMPLE_KEYS else ""),
+                len(settlement.pending_keys),
+            )
 
     @staticmethod
     def _compact_ledger(spark: SparkSession, target: HudiTarget, batch_id: int) -> None:
@@ -384,7 +415,7 @@ class TableWriter:
                                    table, plan.key_schemas, step.batch_id)
         if self.config.dead_letters.mode == "fail_fast":
             _raise_first(rows_df, table)
-        summary = self.dead_letters.write(rows_df, step.batch_id, query_id)
+        summary = self.dead_letters.write(rows_df, step.batch_id, query_id, table)
         if not summary.records:
             return 0
         self.hooks.at("dead_letters_written", batch_id=step.batch_id, table=table)
@@ -439,9 +470,10 @@ def _written() -> Column:
 
 
 def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """Events (and those in error: poison), and among the latest per key: upserts, deletes, blocked, re-inserts,
-    pending (to be written but lacking a value), unresolved, and the highest position written (`max_position`;
-    with several `sources`, {label: topics}, one per source as `max_position:<label>`). One aggregate."""
+    """Events (and those in error: poison; snapshot reads among the good), and among the latest per key:
+    upserts, deletes, blocked, re-inserts, pending (to be written but lacking a value), unresolved, and the highest
+    position written (`max_position`; with several `sources`, {label: topics}, one per source as
+    `max_position:<label>`). One aggregate."""
     latest, deleted, blocked = F.col(LATEST_COL), is_delete(judged_df.columns), F.col(BLOCKED_COL)
     good = F.col(ERROR_COL).isNull() if ERROR_COL in judged_df.columns else F.lit(True)
     per_source = [
@@ -452,6 +484,7 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
     row = judged_df.agg(
         F.count(F.when(good, 1)).alias("events"),
         F.count(F.when(~good, 1)).alias("poison"),
+        F.count(F.when(good & (F.col(OP_COL) == OP_READ), 1)).alias("snapshot_reads"),
         F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
         F.count(F.when(latest & deleted, 1)).alias("deletes"),
         F.count(F.when(latest & blocked, 1)).alias("blocked"),

@@ -8,6 +8,8 @@ connectors are never compared; their widths differ and that is fine. The type ne
 
     PostgreSQL   source.lsn                                   "XXXXXXXX/XXXXXXXX"   (the LSN, as PostgreSQL
                                                                                       prints it, zero-padded)
+                 an incremental snapshot's read has no lsn: the connector's position when it emitted the read,
+                 `source.sequence`'s second LSN, orders it (after every change emitted before it)
     MySQL/MariaDB source.file, pos, row                       "FFFFFFFFFF:PPPPPPPPPPPPPPPPPPPP:RRRRRRRRRR"
                                                               (binlog file index, position, row, decimal)
     SQL Server   source.commit_lsn, change_lsn, event_serial_no
@@ -57,10 +59,13 @@ def connector_kind(source_fields: Collection[str]) -> str:
     )
 
 
-def position_column(source: Column, kind: str) -> Column:
-    """The ordering string of one event, from the envelope's `source` struct."""
+def position_column(source: Column, kind: str, fields: Collection[str] = ()) -> Column:
+    """The ordering string of one event, from the envelope's `source` struct (whose field names are `fields`)."""
     if kind == POSTGRESQL:
-        return postgres_position(source["lsn"])
+        lsn = source["lsn"]
+        if "sequence" in fields:  # ["<last commit LSN>", "<LSN>"], set also on an incremental snapshot's reads
+            lsn = F.coalesce(lsn.cast("long"), F.get_json_object(source["sequence"], "$[1]").cast("long"))
+        return postgres_position(lsn)
     if kind == MYSQL:
         return mysql_position(source["file"], source["pos"], source["row"])
     if kind == SQLSERVER:

@@ -184,7 +184,8 @@ def unwrap_envelope(
     return df.select(
         *columns,
         F.col("envelope.op").alias(OP_COL),
-        position_column(F.col("envelope.source"), connector).alias(POSITION_COL),
+        position_column(F.col("envelope.source"), connector, df.select("envelope.source.*").columns)
+        .alias(POSITION_COL),
         F.col("envelope.source.ts_ms").alias(SOURCE_TS_COL),
         F.col("partition").alias(PARTITION_COL),
         F.col("offset").alias(OFFSET_COL),
@@ -273,7 +274,7 @@ def unwrap_flattened(
     return df.filter(_error(df).isNotNull() | op.isin(*DATA_OPS)).select(
         *columns,
         op.alias(OP_COL),
-        position_column(source, connector).alias(POSITION_COL),
+        position_column(source, connector, _added_fields(fields)).alias(POSITION_COL),
         source_ts.alias(SOURCE_TS_COL),
         F.col("partition").alias(PARTITION_COL),
         F.col("offset").alias(OFFSET_COL),

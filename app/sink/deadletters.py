@@ -11,6 +11,16 @@ table holds already (`hoodie.datasource.insert.dup.policy=drop`), so a batch rea
 checkpoint) adds nothing twice and never overwrites a row. A table's dead letters are written before its own
 commit: a crash between the two leaves them written and the table's offsets not, so the batch read again finds the
 same records (and the insert drops them). Writes from the writer threads of one batch take turns (one lock).
+
+A row's replay columns (`replay_status`, `replay_detail`, `replayed_at`) stay null until the record is settled:
+    applied       scripts/replay_dead_letters.py fed it again and the table holds its change
+    superseded    the replay found a newer change of its key in the table
+    resnapshotted the job wrote a snapshot read of its key (a Debezium incremental or blocking snapshot), later in
+                  the same topic partition: the key's row is the source's again (`DeadLetters.settle`)
+    incomplete    replayed, but a column it left out (a TOAST placeholder) had no value to take: a re-snapshot of
+                  the key settles it
+    failed        the replay met an error again
+A key is diverged while one of its dead letters is pending: neither applied, superseded nor resnapshotted.
 """
 from __future__ import annotations
 
@@ -18,8 +28,9 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
@@ -27,7 +38,7 @@ from app.cdc.columns import ERROR_COL, OFFSET_COL, PARTITION_COL, POSITION_COL, 
 from app.cdc.debezium_types import reader_schema
 from app.config import JobConfig
 from app.sink.creation import repair_interrupted_creation
-from app.sink.hudi import HudiTarget, write_options
+from app.sink.hudi import HudiTarget, table_exists, write_options
 from app.wire.registry import SchemaRef
 from app.wire.source import KAFKA_SCHEMA
 
@@ -35,6 +46,17 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_KEY = "dead_letter_id"
 SAMPLE_KEYS = 20  # record keys named per kind in the log line and the batch's figures
+
+# A dead letter's replay state (module docstring).
+APPLIED, SUPERSEDED, RESNAPSHOTTED = "applied", "superseded", "resnapshotted"
+INCOMPLETE, FAILED = "incomplete", "failed"
+SETTLED: Final = (APPLIED, SUPERSEDED, RESNAPSHOTTED)
+REPLAY_COLUMNS: Final = ("replay_status", "replay_detail", "replayed_at")
+
+
+def is_unsettled() -> Column:
+    """A dead letter whose key is still diverged: neither replayed with success nor settled by a snapshot read."""
+    return F.col("replay_status").isNull() | ~F.col("replay_status").isin(*SETTLED)
 
 
 @dataclass
@@ -48,6 +70,15 @@ class DeadLetterSummary:
     @property
     def records(self) -> int:
         return sum(self.kinds.values())
+
+
+@dataclass
+class Settlement:
+    """What one table's snapshot reads settled (`DeadLetters.settle`)."""
+
+    records: int = 0  # dead letters marked resnapshotted
+    keys: list[str] = field(default_factory=list)  # their record keys, sorted
+    pending_keys: list[str] = field(default_factory=list)  # the table's keys still diverged, sorted (up to a limit)
 
 
 def dead_letter_target(config: JobConfig) -> HudiTarget:
@@ -90,6 +121,9 @@ def dead_letter_rows(
         F.col(POSITION_COL).alias("source_position"),
         F.lit(batch_id).cast("long").alias("batch_id"),
         F.current_timestamp().alias("dead_lettered_at"),
+        F.lit(None).cast("string").alias("replay_status"),
+        F.lit(None).cast("string").alias("replay_detail"),
+        F.lit(None).cast("timestamp").alias("replayed_at"),
     )
 
 
@@ -111,9 +145,28 @@ class DeadLetters:
         self.config = config
         self.target = dead_letter_target(config)
         self._lock = threading.Lock()
+        # The Silver tables with pending dead letters: read from the dead-letter table when first asked, then kept.
+        self._pending: set[str] | None = None
 
-    def write(self, rows_df: DataFrame, batch_id: int, query_id: str) -> DeadLetterSummary:
-        """Insert the rows (module docstring: exactly once); returns what they hold."""
+    def has_pending(self, spark: SparkSession, table: str) -> bool:
+        """Whether `table` has pending dead letters (diverged keys). The first call reads the dead-letter table."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = set()
+                if table_exists(spark, self.target.path):
+                    rows = self._read(spark).filter(is_unsettled()).select("source_table").distinct().collect()
+                    self._pending = {r["source_table"] for r in rows if r["source_table"] is not None}
+            return table in self._pending
+
+    def _read(self, spark: SparkSession) -> DataFrame:
+        rows = spark.read.format("hudi").load(self.target.path)
+        for name, type_ in (("replay_status", "string"), ("replay_detail", "string"), ("replayed_at", "timestamp")):
+            if name not in rows.columns:  # a table written before the replay columns existed
+                rows = rows.withColumn(name, F.lit(None).cast(type_))
+        return rows
+
+    def write(self, rows_df: DataFrame, batch_id: int, query_id: str, table: str) -> DeadLetterSummary:
+        """Insert the rows of `table`'s records (module docstring: exactly once); returns what they hold."""
         rows_df = rows_df.persist()
         try:
             summary = summarize(rows_df)
@@ -126,9 +179,63 @@ class DeadLetters:
             with self._lock:
                 repair_interrupted_creation(rows_df.sparkSession, self.target.path, self.target.qualified_name)
                 rows_df.write.format("hudi").options(**options).mode("append").save(self.target.path)
+                if summary.records and self._pending is not None:
+                    self._pending.add(table)
         finally:
             rows_df.unpersist()
         return summary
+
+    def mark(self, rows_df: DataFrame, marks_df: DataFrame, batch_id: int, query_id: str) -> None:
+        """Write replay states: `marks_df` (dead_letter_id, replay_status, replay_detail) onto their rows among
+        `rows_df` (dead-letter rows as read), an upsert stamped with the time."""
+        base = rows_df.drop(*[c for c in rows_df.columns if c.startswith("_hoodie_")], *REPLAY_COLUMNS)
+        marked = base.join(marks_df, DEAD_LETTER_KEY).withColumn("replayed_at", F.current_timestamp())
+        options = {**write_options(self.target, batch_id, query_id), "hoodie.datasource.write.operation": "upsert",
+                   "hoodie.datasource.write.precombine.field": "batch_id"}
+        with self._lock:
+            marked.write.format("hudi").options(**options).mode("append").save(self.target.path)
+
+    def settle(self, reads_df: DataFrame, table: str, batch_id: int, query_id: str, limit: int) -> Settlement:
+        """Mark `table`'s pending dead letters that a snapshot read settles: a read of the same record key, later in
+        the same topic partition (its row is the source's as of after the dead-lettered change). Returns what was
+        settled and the table's keys still diverged (up to `limit`).
+
+        Args:
+            reads_df: the batch's snapshot reads of the table: topic, partition, offset, record_key (JSON).
+        """
+        spark = reads_df.sparkSession
+        rows = self._read(spark)
+        letters = (rows.filter((F.col("source_table") == table) & is_unsettled())
+                   .drop(*[c for c in rows.columns if c.startswith("_hoodie_")]).persist())
+        try:
+            reads = reads_df.groupBy("topic", "partition", "record_key").agg(F.max("offset").alias("read_offset"))
+            settled = letters.alias("l").join(
+                reads.alias("r"),
+                (F.col("l.topic") == F.col("r.topic")) & (F.col("l.kafka_partition") == F.col("r.partition"))
+                & (F.col("l.record_key") == F.col("r.record_key")) & (F.col("l.kafka_offset") < F.col("r.read_offset")),
+            ).select(
+                F.col(f"l.{DEAD_LETTER_KEY}").alias(DEAD_LETTER_KEY),
+                F.lit(RESNAPSHOTTED).alias("replay_status"),
+                F.format_string("the snapshot read at %s[%d]@%d (batch %d)", F.col("r.topic"), F.col("r.partition"),
+                                F.col("read_offset"), F.lit(batch_id)).alias("replay_detail"),
+                F.col("l.record_key").alias("record_key"),
+            ).collect()
+            if settled:
+                marks = spark.createDataFrame([(r[DEAD_LETTER_KEY], r["replay_status"], r["replay_detail"])
+                                               for r in settled],
+                                              f"{DEAD_LETTER_KEY} string, replay_status string, replay_detail string")
+                self.mark(letters, marks, batch_id, query_id)
+            ids = [r[DEAD_LETTER_KEY] for r in settled]
+            remaining = letters.filter(~F.col(DEAD_LETTER_KEY).isin(*ids)) if ids else letters
+            still = [r["record_key"] for r in remaining.filter(F.col("record_key").isNotNull())
+                     .select("record_key").distinct().orderBy("record_key").limit(limit).collect()]
+            if not remaining.limit(1).count():
+                with self._lock:
+                    if self._pending is not None:
+                        self._pending.discard(table)
+        finally:
+            letters.unpersist()
+        return Settlement(len(settled), sorted({r["record_key"] for r in settled}), still)
 
 
 def summarize(rows_df: DataFrame) -> DeadLetterSummary:

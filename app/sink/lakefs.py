@@ -1,6 +1,6 @@
 """The lake's file system through Hadoop's FileSystem API in the session's JVM: the same code for local paths,
-s3a:// and EMRFS s3://. For the scripts and tests that list or remove lake files; the job itself writes only
-through Spark and Hudi."""
+s3a:// and EMRFS s3://. For the scripts and tests that list or remove lake files, and the job's small files of its
+own (status.json, quarantine files); its tables are written through Spark and Hudi."""
 from __future__ import annotations
 
 from typing import Any

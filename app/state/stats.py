@@ -22,6 +22,9 @@ class TableBatchStats:
     dead_letters: int = 0  # records sent to the dead letters (app/sink/deadletters.py)
     dead_letter_kinds: dict[str, int] = field(default_factory=dict)  # the same, per error kind
     diverged_keys: list[str] = field(default_factory=list)  # record keys (JSON) of those records, sorted
+    settled: int = 0  # dead letters of the table settled by the batch's snapshot reads (app/batch/writer.py: settle)
+    settled_keys: list[str] = field(default_factory=list)  # their record keys, sorted
+    pending_keys: list[str] | None = None  # after settling: the table's keys still diverged (None: not settled)
     quarantined: str | None = None  # why, when the table is quarantined (app/sink/quarantine.py)
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0

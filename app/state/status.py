@@ -37,7 +37,7 @@ from pyspark.sql.utils import CapturedException
 
 from app.config import JobConfig
 from app.routing.route import TableRoute
-from app.sink.lakefs import fs_and_path
+from app.sink.lakefs import fs_and_path, write_text
 from app.state.stats import TableBatchStats
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,9 @@ class JobStatus:
             self.tables[s.table] = {
                 "batch_id": batch_id, "at": at,
                 **{k: (list(map(str, v)) if k == "schema_ids" else v) for k, v in dataclasses.asdict(s).items()
-                   if k not in ("table", "diverged_keys")},
+                   if k not in ("table", "diverged_keys", "settled_keys", "pending_keys")},
             }
-            if s.dead_letters:
+            if s.dead_letters or s.pending_keys is not None:
                 self._record_dead_letters(s, batch_id, at)
         for topic, (reason, records) in skipped.items():
             self.skipped_topics[topic] = {"reason": reason, "batch_id": batch_id, "at": at, "records": records}
@@ -127,9 +127,13 @@ class JobStatus:
         entry["records"] += s.dead_letters
         for kind, n in s.dead_letter_kinds.items():
             entry["kinds"][kind] = entry["kinds"].get(kind, 0) + n
-        keys = sorted(set(entry["diverged_keys"]) | set(s.diverged_keys))
-        entry["diverged_keys_truncated"] = entry["diverged_keys_truncated"] or len(keys) > MAX_DIVERGED_KEYS
-        entry["diverged_keys"] = keys[:MAX_DIVERGED_KEYS]
+        if s.pending_keys is not None:  # after snapshot reads settled some: the dead-letter table's own list
+            entry["diverged_keys_truncated"] = len(s.pending_keys) > MAX_DIVERGED_KEYS
+            entry["diverged_keys"] = s.pending_keys[:MAX_DIVERGED_KEYS]
+        else:
+            keys = sorted(set(entry["diverged_keys"]) | set(s.diverged_keys))
+            entry["diverged_keys_truncated"] = entry["diverged_keys_truncated"] or len(keys) > MAX_DIVERGED_KEYS
+            entry["diverged_keys"] = keys[:MAX_DIVERGED_KEYS]
         entry["last_batch_id"], entry["at"] = batch_id, at
 
     def record_failure(
@@ -170,12 +174,7 @@ def write_status(spark: SparkSession, config: JobConfig, status: JobStatus) -> N
     """Rewrite the status document (one small object; on S3 a PUT replaces it whole). Never raises."""
     location = status_path(config)
     try:
-        fs, path = fs_and_path(spark, location)
-        out = fs.create(path, True)
-        try:
-            out.write(bytearray(status.to_json().encode("utf-8")))
-        finally:
-            out.close()
+        write_text(spark, location, status.to_json())
     except Py4JError as e:
         log.warning("status not written to %s: %s", location, str(e).splitlines()[0] if str(e) else e)
 

@@ -10,10 +10,12 @@ import psycopg
 import yaml
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from app.batch.processor import BatchProcessor
 from app.config import JobConfig
 from app.job import await_query, start_query
+from app.sink.hudi import HudiTarget, write_options
 from app.wire.registry import RegistryClient
 from tests.conftest import LOCAL_CONF
 from tests.support.cdc import PG_DSN
@@ -87,3 +89,15 @@ def assert_columns_equal(actual_df: DataFrame, expected_df: DataFrame, columns: 
     finally:
         actual_df.unpersist()
         expected_df.unpersist()
+
+
+def rewrite_with_type(spark: SparkSession, config: JobConfig, table: str, column: str, type_: str) -> None:
+    """The fix for a type change Hudi refuses (a quarantined table): the table, keyed by `id`, rewritten whole with
+    `column` cast to `type_` (Hudi's overwrite)."""
+    path = config.lake.table_path(table)
+    target = HudiTarget(database=config.lake.database, table=table, path=path, record_key=("id",))
+    current = spark.read.format("hudi").load(path)
+    rows = current.drop(*[c for c in current.columns if c.startswith("_hoodie_") and c != "_hoodie_is_deleted"])
+    rows = rows.withColumn(column, F.col(column).cast(type_))
+    rows = spark.createDataFrame(rows.collect(), rows.schema)  # read whole before the overwrite removes the files
+    rows.write.format("hudi").options(**write_options(target, 0, "rewrite")).mode("overwrite").save(path)

@@ -63,6 +63,20 @@ def test_postgres_lsn_sorts_across_byte_and_segment_boundaries(spark: SparkSessi
     assert rendered[lsns.index(0xFF)] == "00000000/000000FF"
 
 
+def test_postgres_incremental_snapshot_read_without_lsn_sorts_by_its_sequence(spark: SparkSession) -> None:
+    # As Debezium 3.2 emits them (tests/e2e/test_quarantine_replay.py): a streamed update, then an incremental
+    # snapshot's read of the same row, whose lsn is null and whose sequence holds the connector's position.
+    source = StructType([StructField("lsn", LongType(), True), StructField("sequence", StringType(), True)])
+    events = [(72861128, '["72861072","72861128"]'), (None, '["73103032","73103032"]'), (73200000, None)]
+
+    rendered = (spark.createDataFrame([(i, e) for i, e in enumerate(events)], StructType(
+        [StructField("i", IntegerType()), StructField("source", source)]))
+        .select(position_column(F.col("source"), POSTGRESQL, ["lsn", "sequence"]).alias("p")).orderBy("i")
+        .collect())
+
+    assert [r["p"] for r in rendered] == ["00000000/0457C5C8", "00000000/045B76B8", "00000000/045CF180"]
+
+
 def test_postgres_position_matches_pg_lsn_text_for_a_real_lsn(spark: SparkSession) -> None:
     # select '16/B374D848'::pg_lsn - '0/0' = 97500059720
     (rendered,) = _rendered(spark, PG_SOURCE, POSTGRESQL, [(97500059720,)])

@@ -114,3 +114,21 @@ def test_dead_letters_and_diverged_keys_add_up_per_table_and_are_carried(spark: 
     printed = summary(written, status_path(config))
     assert "lake.orders: 3 records (decode=2, framing=1); diverged keys: 2" in printed
     assert "lake.prices: since batch 2 at t: step upsert: MISSING_UNION_BRANCH" in printed
+
+
+def test_keys_settled_by_a_snapshot_read_leave_the_diverged_keys() -> None:
+    status = JobStatus(conf="conf/x.yaml")
+    status.record_batch(1, [TableBatchStats("lake.orders", dead_letters=3, dead_letter_kinds={"decode": 3},
+                                            diverged_keys=['{"id":1}', '{"id":2}', '{"id":3}'])], {}, 1.0)
+    # Batch 2 dead-letters key 4, and a snapshot read settles keys 1 and 3: the writer's list of what stays.
+    settled = TableBatchStats("lake.orders", dead_letters=1, dead_letter_kinds={"decode": 1},
+                              diverged_keys=['{"id":4}'], settled=2, settled_keys=['{"id":1}', '{"id":3}'],
+                              pending_keys=['{"id":2}', '{"id":4}'])
+    status.record_batch(2, [settled], {}, 1.0)
+    # Batch 3: snapshot reads settle the rest, with no dead letter of its own.
+    status.record_batch(3, [TableBatchStats("lake.orders", settled=2, pending_keys=[])], {}, 1.0)
+
+    entry = status.dead_letters["lake.orders"]
+    assert (entry["records"], entry["kinds"], entry["diverged_keys"]) == (4, {"decode": 4}, [])
+    assert entry["last_batch_id"] == 3 and not entry["diverged_keys_truncated"]
+    assert status.tables["lake.orders"]["settled"] == 2 and "pending_keys" not in status.tables["lake.orders"]
