@@ -61,6 +61,12 @@ class SourceSettingError(EnvelopeError):
     job stops, naming the setting, rather than quarantining the table (app/sink/quarantine.py)."""
 
 
+class ColumnTypeChangeError(EnvelopeError):
+    """A column's type changed upstream in a way the lake cannot follow (app/sink/widening.py): the table is
+    quarantined (or, in fail-fast mode, the job stops); the message names the table, the column, both types and the
+    remedy."""
+
+
 class SinkWriteError(PipelineError):
     """A Hudi or Bronze write failed; names the table and batch."""
 

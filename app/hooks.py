@@ -12,6 +12,8 @@ The points a batch reaches, in order (`at`):
     quarantined       a table's quarantine file written (app/sink/quarantine.py), its batch's records not yet in
                       the dead letters
     ledger_written    a hard-delete table's delete ledger written (app/sink/ledger.py), its Silver commit not yet
+    table_rewritten   a table rewritten with the types of columns widened upstream (app/sink/widening.py), the
+                      batch's upsert not yet
     between_tables    one Silver table committed, another still to write
     tables_committed  every Silver table committed; Spark has not recorded the batch (it replays it)
 """
@@ -21,7 +23,7 @@ from typing import Any, Final
 
 POINTS: Final = (
     "decode", "bronze_written", "dead_letters_written", "dead_letters_settled", "quarantined", "ledger_written",
-    "between_tables", "tables_committed",
+    "table_rewritten", "between_tables", "tables_committed",
 )
 
 

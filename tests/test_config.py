@@ -360,3 +360,12 @@ def test_table_layout_is_validated(table: dict[str, Any], key: str, message: str
     raw = _minimal()
     raw["tables"] = {"public.orders": table}
     _assert_names_key(_config_error(raw), key, message)
+
+
+def test_a_signal_topic_the_job_would_read_as_a_table_is_refused() -> None:
+    raw = _minimal()
+    raw["source"]["signal_topic"] = "cdc.public.signals"  # matches kafka.topic_pattern
+
+    _assert_names_key(_config_error(raw), "source.signal_topic", "matches kafka.topic_pattern")
+    raw["source"]["signal_topic"] = "cdc-signals"
+    assert parse_config(raw).source_list[0].signal_topic == "cdc-signals"

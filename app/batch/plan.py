@@ -51,6 +51,7 @@ class Slice:
     events_df: DataFrame
     value_columns: tuple[str, ...]
     placeholder_columns: tuple[str, ...]  # columns that can carry Debezium's unavailable-value placeholder
+    defaulted_columns: tuple[str, ...] = ()  # columns whose writer schema declares a default
 
 
 @dataclass
@@ -74,6 +75,9 @@ class TablePlan:
     key_schemas: dict[SchemaRef, str] = field(default_factory=dict)  # the key schemas of its records, by id
     # Why its events cannot be planned (an EnvelopeError's message): the writer quarantines the table.
     quarantine: str | None = None
+    # Columns a writer schema of the batch declares a default for: one the table lacks yet was added upstream with
+    # a default, and the rows written before hold it in the source (app/batch/writer.py: widen).
+    defaulted_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.routes:

@@ -219,7 +219,8 @@ class Planner:
             events_df = events_df.transform(with_soft_deletes, target.record_key, value_columns)
             carry = [c for c in value_columns if c not in target.record_key]
         return TablePlan(route, record_key, events_df, target, stats, summary, tuple(carry), dead_df=dead_df,
-                         source_df=framed_df, key_schemas=key_schemas)
+                         source_df=framed_df, key_schemas=key_schemas,
+                         defaulted_columns=tuple(sorted({c for s in slices for c in s.defaulted_columns})))
 
     def check_merges_at_start(self, spark: SparkSession, routes: list[TableRoute]) -> None:
         """Refuse, before the first batch, topics merged into one table whose latest value schemas disagree on a
@@ -339,7 +340,8 @@ class Planner:
         else:
             unwrapped_df = decoded_df.transform(unwrap_flattened, value_columns, connector, placeholders)
         events_df = unwrapped_df.transform(with_debezium_types, value_fields, schema_json, connector)
-        return Slice(events_df, tuple(value_columns), tuple(placeholders))
+        defaulted = tuple(f["name"] for f in value_fields if f.get("default") is not None)
+        return Slice(events_df, tuple(value_columns), tuple(placeholders), defaulted)
 
     def _record_key(
         self, route: TableRoute, key_ids: set[SchemaRef], spark: SparkSession, key_schemas: dict[SchemaRef, str]

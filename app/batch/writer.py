@@ -12,6 +12,10 @@
                    the keys read later in the same partition are marked resnapshotted, before the commit (a crash
                    between the two marks them again, harmlessly: the batch is read again)
     ledger write   deletes and re-inserts recorded in the ledger, before the table (app/sink/ledger.py)
+    widen          only when the batch's columns differ from those last written to the table by this process: a
+                   column widened upstream that Hudi cannot take in place (a decimal's size, float -> double)
+                   rewrites the table with the new types first (app/sink/widening.py); a column added upstream
+                   with a default asks the connector for an incremental snapshot of the table (app/wire/signals.py)
     upsert         the Hudi write, its commit carrying the batch's offsets and highest position (app/sink/commit.py),
                    then Hudi's meta sync when the catalog can be behind (app/sink/metasync.py)
     ledger compaction  after a ledger write, once enough folders have gathered, they are merged into one (after
@@ -64,8 +68,10 @@ from app.sink.ledger import compact_ledger, ledger_key, read_ledger, write_ledge
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
 from app.sink.quarantine import Quarantine, QuarantineEntry, failure_kind
+from app.sink.widening import Widening
 from app.state.status import MAX_DIVERGED_KEYS
 from app.wire.decode import DECODE, TRAILING_BYTES
+from app.wire.signals import request_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +118,7 @@ class TableWriter:
         self.replayed: list[ReplayedEvent] = []
         self.meta_sync = MetaSync(every_commit=config.lake.meta_sync == "every_commit")
         self.dead_letters = DeadLetters(config)
+        self.widening = Widening()
 
     def write(self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None) -> None:
         """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit. A
@@ -245,10 +252,12 @@ class TableWriter:
                 write_ledger(judged_df, target.ledger_path, target.record_key, step.batch_id)
                 recorded = True
                 self.hooks.at("ledger_written", batch_id=step.batch_id, table=target.qualified_name)
+            step.enter("widen", plan.stats.steps_s)
+            rows_df = self._rows(plan, target, judged_df)
+            self._widen(plan, target, rows_df, step, query_id)
             step.enter("upsert", plan.stats.steps_s)
             max_position = _max_position(counts, plan.topics_per_source())
             extra = commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity)
-            rows_df = self._rows(plan, target, judged_df)
             sync = self.meta_sync.write_options(target, rows_df)
             sized = sized_options(target, counts["upserts"] + counts["deletes"])
             options = {**sized, **self.hooks.write_options(target.path), **extra, **sync}
@@ -281,6 +290,37 @@ class TableWriter:
                 ", ".join(settlement.keys[:SAMPLE_KEYS]) + (" ..." if len(settlement.keys) > SAMPLE_KEYS else ""),
                 len(settlement.pending_keys),
             )
+
+    def _widen(self, plan: TablePlan, target: HudiTarget, rows_df: DataFrame, step: Step, query_id: str) -> None:
+        """The widen step (module docstring)."""
+        change = self.widening.apply(rows_df, target, step.batch_id, query_id, self.hooks.write_options(target.path))
+        if change.widened:
+            self.hooks.at("table_rewritten", batch_id=step.batch_id, table=target.qualified_name)
+        defaulted = sorted(set(change.added) & set(plan.defaulted_columns))
+        if defaulted:
+            self._snapshot_for_defaults(plan, defaulted, rows_df.sparkSession, step.batch_id)
+
+    def _snapshot_for_defaults(self, plan: TablePlan, columns: list[str], spark: SparkSession, batch_id: int) -> None:
+        """Columns added upstream with a default: the rows written before hold it in the source, but no event says
+        which value (a function default arrives as 0, a changed default as its newest value), so the job asks the
+        connector for an incremental snapshot of the table, before the commit (a crash in between asks again), or
+        says which to run when the source has no `signal_topic` (docs/schema-changes.md)."""
+        route = plan.route
+        collection = ".".join(p for p in (route.source_database, route.source_schema, route.source_table) if p)
+        source = next(s for s in self.config.source_list if s.label == route.source)
+        if source.signal_topic is None:
+            log.warning(
+                "batch=%s table=%s: columns %s were added upstream with a default: rows written before read as null "
+                "here until they change, where the source shows the default. Run an incremental snapshot of %s, or "
+                "set %s.signal_topic for the job to ask for it (docs/schema-changes.md)", batch_id,
+                route.qualified_name, ", ".join(columns), collection,
+                self.config.source_key(self.config.source_list.index(source)),
+            )
+            return
+        request_snapshot(spark, self.config.kafka, source.signal_topic, source.topic_prefix, collection)
+        log.warning("batch=%s table=%s: columns %s were added upstream with a default: asked the connector for an "
+                    "incremental snapshot of %s, which brings the rows written before", batch_id,
+                    route.qualified_name, ", ".join(columns), collection)
 
     @staticmethod
     def _compact_ledger(spark: SparkSession, target: HudiTarget, batch_id: int) -> None:

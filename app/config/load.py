@@ -233,6 +233,11 @@ def _check_sources(config: JobConfig) -> None:
         if source.database is not None and not _IDENTIFIER.fullmatch(source.database):
             raise ConfigError(f"{key}.database", f"not a valid database name: {source.database!r}")
         _check_catalog(source, key)
+        if source.signal_topic is not None and (
+            not source.signal_topic.strip() or re.fullmatch(config.kafka.topic_pattern, source.signal_topic)
+        ):
+            raise ConfigError(f"{key}.signal_topic", f"{source.signal_topic!r} is empty or matches kafka.topic_pattern "
+                              "(the job would read the connector's signals as a table)")
         _check_tables(config, source, config.tables_key(n))
     _check_merges(config)
 

@@ -142,6 +142,11 @@ class SourceConfig:
     # through pg_partition_root), so that every partition's topic lands in the partitioned table's one Silver
     # table. Unset: each topic is a table of its own.
     catalog: SourceCatalogConfig | None = None
+    # The connector's Kafka signal topic (its `signal.kafka.topic`, with `signal.enabled.channels` holding `kafka`):
+    # when a column is added upstream with a default, the job asks the connector there for an incremental snapshot
+    # of the table, so that the rows written before read as the source has them (docs/schema-changes.md). Unset:
+    # the job logs the snapshot to run instead.
+    signal_topic: str | None = None
 
     @property
     def label(self) -> str:

@@ -26,6 +26,9 @@ Scenarios (`--scenario`, repeatable; default all but soak):
             into one of `--large` rows, per layout (Copy-on-Write and Merge-on-Read with the job's index for a
             non-partitioned table, Merge-on-Read partitioned with the record-level index); the tables are loaded
             with a bulk insert first. Ratio large / small per layout.
+  widen     a column widened upstream (a decimal's size) in a table of `--widen-rows` rows, per layout: the rewrite
+            with the new type (app/sink/widening.py, once per change) against the baseline, an upsert of `--batch`
+            keys into the same table (every batch); ratio rewrite / upsert.
   job-runs  the demo's job run: `app/main.py --available-now` over the topics on a fresh lake, this checkout
             against the code at `--baseline-ref` (a git worktree, the same config keys it knows), each its own
             process; wall time and the machine's busy CPU.
@@ -71,6 +74,7 @@ sys.path.insert(0, str(ROOT))
 from pyspark import InheritableThread  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.types import DecimalType  # noqa: E402
 
 from app.batch.plan import BatchPlan  # noqa: E402
 from app.batch.processor import BatchProcessor  # noqa: E402
@@ -79,6 +83,7 @@ from app.errors import required  # noqa: E402
 from app.sink.bronze import write_bronze  # noqa: E402
 from app.sink.hudi import HudiTarget, write_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
+from app.sink.widening import rewrite as rewrite_table  # noqa: E402
 from app.spark import build_session, session_conf  # noqa: E402
 from app.wire.registry import RegistryClient  # noqa: E402
 from app.wire.source import subscribe_pattern  # noqa: E402
@@ -86,10 +91,10 @@ from scripts.bench.freshness import Workload, freshness  # noqa: E402
 from scripts.bench.naive import options as naive_options  # noqa: E402
 from scripts.bench.source import BenchSource  # noqa: E402
 
-SCENARIOS = ("ceiling", "naive", "freshness", "backlog", "growth", "job-runs", "soak")
+SCENARIOS = ("ceiling", "naive", "freshness", "backlog", "growth", "widen", "job-runs", "soak")
 DEFAULT_SCENARIOS = SCENARIOS[:-1]  # the soak takes its own half hour: asked for by name
 SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "tables": [3],
-         "naive_rows": 100, "backlog_rows": 300}
+         "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300}
 log = logging.getLogger("bench")
 
 
@@ -510,11 +515,14 @@ LAYOUTS: dict[str, tuple[str, PartitionSpec | None]] = {
 }
 
 
-def rows(ids: DataFrame, version: int) -> DataFrame:
+def rows(ids: DataFrame, version: int, amount_type: str | None = None) -> DataFrame:
+    """Rows of `ids` as upsert `version` writes them; with an `amount` decimal column when `amount_type` says."""
+    amount = [] if amount_type is None else [(F.col("id") % 10_000 / 100).cast(amount_type).alias("amount")]
     return ids.select(
         "id",
         F.concat(F.lit(f"v{version}-"), F.col("id").cast("string")).alias("payload"),
         (F.col("id") % 4).cast("string").alias("part"),
+        *amount,
         F.lit(f"{version:016d}").alias("_cdc_position"),
         F.lit(False).alias("_hoodie_is_deleted"),
     )
@@ -547,26 +555,62 @@ def growth(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[li
 
 
 class Upserts:
-    """A table bulk-loaded with ids 0..size-1; each call upserts `batch` ids spread evenly over them."""
+    """A table bulk-loaded with ids 0..size-1; each call upserts `batch` ids spread evenly over them (with
+    `amount` of type `amount_type` when set: the widen scenario changes it between calls)."""
 
-    def __init__(self, spark: SparkSession, target: HudiTarget, batch: int) -> None:
+    def __init__(self, spark: SparkSession, target: HudiTarget, batch: int, amount_type: str | None = None) -> None:
         self.spark, self.target, self.batch = spark, target, batch
         self.size = int(target.table.rsplit("_", 1)[1])
         self.version = 0
         self.pid = jvm_pid(spark)
-        load = rows(spark.range(self.size), 0)
+        self.amount_type = amount_type
+        load = rows(spark.range(self.size), 0, amount_type)
         write_silver(load, target, 0, "bench", {"hoodie.datasource.write.operation": "bulk_insert"})
 
     def __call__(self, n: int) -> dict[str, float]:
         self.version += 1
         ids = self.spark.range(0, self.size, max(self.size // self.batch, 1)).limit(self.batch)
-        batch = rows(ids, self.version).cache()
+        batch = rows(ids, self.version, self.amount_type).cache()
         batch.count()
         wall, cpu = time.monotonic(), cpu_s(self.pid)
         write_silver(batch, self.target, self.version, "bench")
         figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(self.pid) - cpu}
         batch.unpersist()
         return figures
+
+
+# --- widen: a table rewritten for a column widened upstream ------------------------------------------------------
+
+def widen(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[list[Figure], dict[str, Any]]:
+    """Per layout: a table of `widen_rows` rows with `amount decimal(6,2)`; the rewrite widening it one digit more
+    each time (app/sink/widening.py: rewrite) against an upsert of `batch` keys, alternating."""
+    figures: list[Figure] = []
+    print(f"\nwiden: the rewrite of {args.widen_rows:,} rows for a widened decimal against an upsert of "
+          f"{args.batch} keys")
+    for layout, (table_type, partition) in LAYOUTS.items():
+        target = HudiTarget(database="bench_widen", table=f"{layout.replace('-', '_')}_{args.widen_rows}",
+                            path=f"{lake}/widen/{layout}", record_key=("id",), table_type=table_type,
+                            partition=partition)
+        upserts = Upserts(spark, target, args.batch, "decimal(6,2)")
+        precision = 6
+
+        def rewrite_once(n: int, upserts: Upserts = upserts, target: HudiTarget = target) -> dict[str, float]:
+            nonlocal precision
+            precision += 1
+            wall, cpu = time.monotonic(), cpu_s(upserts.pid)
+            rewrite_table(spark, target, {"amount": DecimalType(precision, 2)}, n, "bench")
+            upserts.amount_type = f"decimal({precision},2)"
+            return {"s": time.monotonic() - wall, "cpu_s": cpu_s(upserts.pid) - cpu}
+
+        print(f" {layout}:")
+        results = timed({"rewrite": rewrite_once, "upsert": upserts}, args.runs)
+        figures += medians("widen", f"{layout}", results, {"s": "s", "cpu_s": "CPU-s"})
+        ratio = statistics.median(r["s"] for r in results["rewrite"]) / statistics.median(
+            r["s"] for r in results["upsert"])
+        figures.append(Figure("widen", f"{layout} rewrite / upsert", "ratio", "x", ratio, ()))
+        delete_path(spark, target.path)
+    spark.sql("drop database if exists bench_widen cascade")
+    return figures, {"rows": args.widen_rows}
 
 
 # --- job runs: this code against a baseline ref ----------------------------------------------------------------
@@ -688,7 +732,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="measured runs per side (default 3)")
     parser.add_argument("--small", type=int, default=10_000, help="growth: rows of the small table (10,000)")
     parser.add_argument("--large", type=int, default=1_000_000, help="growth: rows of the large table (1,000,000)")
-    parser.add_argument("--batch", type=int, default=10_000, help="growth: keys per upsert (10,000)")
+    parser.add_argument("--batch", type=int, default=10_000, help="growth, widen: keys per upsert (10,000)")
+    parser.add_argument("--widen-rows", type=int, default=200_000,
+                        help="widen: rows of the table rewritten (200,000)")
     parser.add_argument("--rate", type=float, default=100.0, help="freshness: transactions a second (100)")
     parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
     parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")
@@ -709,7 +755,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rate, args.duration, args.tables = SMOKE["rate"], SMOKE["duration"], SMOKE["tables"]
         args.naive_tables, args.naive_rows, args.backlog_rows = SMOKE["tables"], SMOKE["naive_rows"], SMOKE[
             "backlog_rows"]
-        args.scenario = args.scenario or ["ceiling", "naive", "freshness", "backlog", "growth"]
+        args.widen_rows = SMOKE["widen_rows"]
+        args.scenario = args.scenario or ["ceiling", "naive", "freshness", "backlog", "growth", "widen"]
     args.scenario = args.scenario or list(DEFAULT_SCENARIOS)
     args.tables = args.tables or [3, 7]
     args.naive_tables = args.naive_tables or [7]
@@ -732,32 +779,29 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session("bench", config.spark, config.metastore)
         spark.sparkContext.setLogLevel("ERROR")
         print("Spark settings:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(details["spark_conf"].items())))
+        scenarios: dict[str, Callable[[], tuple[list[Figure], dict[str, Any]]]] = {
+            "ceiling": lambda: ceiling(spark, config, lake, args.runs),
+            "naive": lambda: naive(spark, args.conf, config, lake, args),
+            "freshness": lambda: freshness_runs(spark, args.conf, lake, args),
+            "backlog": lambda: backlog(spark, args.conf, config, lake, args),
+            "soak": lambda: soak(spark, args.conf, lake, args),
+            "growth": lambda: growth(spark, lake, args),
+            "widen": lambda: widen(spark, lake, args),
+            "job-runs": lambda: job_runs(spark, args.conf, lake, args),
+        }
         try:
-            if "ceiling" in args.scenario:
-                found, details["ceiling"] = ceiling(spark, config, lake, args.runs)
+            for name, scenario in scenarios.items():
+                if name not in args.scenario:
+                    continue
+                found, details[name] = scenario()
                 figures += found
-            if "naive" in args.scenario:
-                found, details["naive"] = naive(spark, args.conf, config, lake, args)
-                figures += found
-                print("Hudi options of the naive baseline (each table):\n"
-                      + "\n".join(f"  {k}={v}" for k, v in details["naive"]["options"].items()))
-            if "freshness" in args.scenario:
-                found, details["freshness"] = freshness_runs(spark, args.conf, lake, args)
-                figures += found
-            if "backlog" in args.scenario:
-                found, details["backlog"] = backlog(spark, args.conf, config, lake, args)
-                figures += found
-            if "soak" in args.scenario:
-                found, details["soak"] = soak(spark, args.conf, lake, args)
-                figures += found
-            if "growth" in args.scenario:
-                found, details["growth"] = growth(spark, lake, args)
-                figures += found
-                for layout, options in details["growth"]["options"].items():
-                    print(f"Hudi options, {layout}:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(options.items())))
-            if "job-runs" in args.scenario:
-                found, details["job-runs"] = job_runs(spark, args.conf, lake, args)
-                figures += found
+                if name == "naive":
+                    print("Hudi options of the naive baseline (each table):\n"
+                          + "\n".join(f"  {k}={v}" for k, v in details["naive"]["options"].items()))
+                if name == "growth":
+                    for layout, options in details["growth"]["options"].items():
+                        print(f"Hudi options, {layout}:\n"
+                              + "\n".join(f"  {k}={v}" for k, v in sorted(options.items())))
         finally:
             delete_path(spark, lake)
     details["total_s"] = time.monotonic() - started

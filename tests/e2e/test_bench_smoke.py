@@ -94,6 +94,7 @@ def test_a_smoke_run_measures_every_figure_and_cleans_up(
     for layout in ("cow", "mor", "mor-partitioned"):
         assert figures["growth", f"{layout} large / small", "ratio"]["median"] > 0
         assert "hoodie.datasource.write.recordkey.field" in report["details"]["growth"]["options"][layout]
+        assert figures["widen", f"{layout} rewrite / upsert", "ratio"]["median"] > 0  # a widened decimal's rewrite
     assert "| ceiling | job throughput as a share of the ceiling |" in (out / "results.md").read_text()
     assert list_files(spark, f"{lake}/silver/_bench") == []
     databases = {r[0] for r in spark.sql("show databases").collect()}

@@ -30,11 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -53,8 +49,9 @@ from app.config import DeadLetterConfig
 from app.sink.bronze import read_bronze
 from app.sink.lakefs import fs_and_path, list_files
 from app.sink.ledger import ledger_folders, read_ledger
-from tests.conftest import LOCAL_CONF, ROOT, RUN_ID, TESTING_JARS
+from tests.conftest import LOCAL_CONF, RUN_ID, TESTING_JARS
 from tests.support.cdc import KAFKA_BOOTSTRAP, PG_DSN, KafkaRecord, debezium_connector, read_topic, wait_for_records
+from tests.support.jobprocess import Job, kill, wait
 from tests.support.pipeline import source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -187,38 +184,6 @@ def job_conf(
     return path
 
 
-class Job:
-    """The job as its own process (and JVM), killed with SIGKILL."""
-
-    def __init__(self, conf: Path, folder: Path) -> None:
-        self.conf = conf
-        self.folder = folder
-        self.runs = 0
-
-    def start(
-        self, points: str = "", available_now: bool = False, conf: Path | None = None,
-        table: str = f"{DATABASE}/{SCHEMA}_accounts",  # Copy-on-Write (devkit/pauses.py)
-    ) -> subprocess.Popen[bytes]:
-        self.runs += 1
-        self.started = time.monotonic()
-        pauses = self.folder / f"pauses-{self.runs}"
-        pauses.mkdir()
-        env = {**os.environ, "CDC_PAUSE_AT": points, "CDC_PAUSE_DIR": str(pauses), "CDC_PAUSE_TABLE": table}
-        # The job with the pause points as its hooks (devkit/pauses.py).
-        args = [sys.executable, "-m", "devkit.pauses", "--conf", str(conf or self.conf)]
-        args += ["--available-now"] if available_now else []
-        self.log = self.folder / f"job-{self.runs}.log"
-        return subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def pause_file(self, point: str) -> Path:
-        return self.folder / f"pauses-{self.runs}" / f"{point}.json"
-
-    def log_lines(self) -> list[str]:
-        return self.log.read_text(errors="replace").splitlines()
-
-
 def in_flight(
     spark: SparkSession, silver: str, tables: tuple[str, ...] = TABLES, database: str = DATABASE, schema: str = SCHEMA
 ) -> dict[str, Any]:
@@ -233,25 +198,6 @@ def in_flight(
         created = fs_and_path(spark, f"{path}/.hoodie")[0].exists(fs_and_path(spark, f"{path}/.hoodie")[1])
         state[table] = {"pending": pending, "markers": markers, "completed": len(completed), "created": created}
     return state
-
-
-def wait(condition: Any, process: subprocess.Popen[bytes], timeout_s: float, what: str, job: Job) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if process.poll() is not None:
-            raise AssertionError(f"the job ended ({process.returncode}) waiting for {what}:\n"
-                                 + "\n".join(job.log_lines()[-30:]))
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.1)
-
-
-def kill(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(60)
 
 
 def precondition(point: str, reached: dict[str, Any], state: dict[str, Any]) -> bool:
@@ -379,7 +325,7 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
 def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.Random) -> Kill:
     armed = k.point if k.point in ("decode", "bronze_written", "dead_letters_written", "ledger_written",
                                    "between_tables", "hudi_commit", "tables_committed") else ""
-    process = job.start(armed)
+    process = job.start(armed, table=f"{DATABASE}/{SCHEMA}_accounts")  # Copy-on-Write (devkit/pauses.py)
     try:
         if armed:
             reached_file = wait(lambda: job.pause_file(armed).exists(), process, 300, armed, job)

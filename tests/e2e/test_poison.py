@@ -383,7 +383,8 @@ def _decimal(precision: int) -> dict[str, Any]:
 
 
 class DecimalTopic(Topic):
-    """A table with `amount numeric(6,2)`, widened to numeric(12,2) by `widen` (a new value schema version)."""
+    """A table with `amount numeric(6,2)`, narrowed to numeric(5,2) by `narrow` (a new value schema version): a
+    type change the lake cannot follow (app/sink/widening.py)."""
 
     def __init__(self, prefix: str, table: str) -> None:
         super().__init__(prefix, table, self._fields(6))
@@ -393,8 +394,8 @@ class DecimalTopic(Topic):
         return [{"name": "id", "type": "int"}, {"name": "amount", "type": ["null", _decimal(precision)],
                                                  "default": None}]
 
-    def widen(self) -> None:
-        self.value_schema = _schemas(self.name, self._fields(12))[1]
+    def narrow(self) -> None:
+        self.value_schema = _schemas(self.name, self._fields(5))[1]
         self.value_id = _register(f"{self.name}-value", self.value_schema)
 
     def change(self, op: str, id_: int, amount: str, lsn: int) -> bytes:
@@ -407,8 +408,8 @@ class DecimalTopic(Topic):
 def quarantined(
     spark: SparkSession, local_config: JobConfig, lake_root: str, stack: None
 ) -> Iterator[dict[str, Any]]:
-    """`c` (numeric(6,2)) and `d`. Run 1 creates both; before run 2 `c` is widened to numeric(12,2), which Hudi
-    refuses: `c` is quarantined, `d` goes on; run 3 (a restart) finds `c` still quarantined."""
+    """`c` (numeric(6,2)) and `d`. Run 1 creates both; before run 2 `c` is narrowed to numeric(5,2), which the lake
+    cannot follow: `c` is quarantined, `d` goes on; run 3 (a restart) finds `c` still quarantined."""
     prefix = f"qt{RUN_ID}"
     c, d = DecimalTopic(prefix, "c"), Topic(prefix, "d")
     # `f` carries rows that are neither Debezium envelopes nor unwrap-SMT events (no __deleted): its events cannot
@@ -417,12 +418,12 @@ def quarantined(
     f_key, f_value = _schemas(f_topic)[0], {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "int"}]}
     f_ids = (_register(f"{f_topic}-key", f_key), _register(f"{f_topic}-value", f_value))
     config = _job(local_config, prefix, f"{lake_root}/{prefix}")
-    _produce(c.name, [(c.key(1), c.change("c", 1, "1234.50", 10))])
+    _produce(c.name, [(c.key(1), c.change("c", 1, "123.50", 10))])
     _produce(d.name, [(d.key(1), d.body("c", 1, "d-one", 11))])
     f_offsets = _produce(f_topic, [(_framed(f_ids[0], f_key, {"id": 1}), _framed(f_ids[1], f_value, {"id": 1}))])
     _run_job(spark, config)
-    c.widen()
-    widened = _produce(c.name, [(c.key(2), c.change("c", 2, "1234567.89", 20))])
+    c.narrow()
+    widened = _produce(c.name, [(c.key(2), c.change("c", 2, "234.56", 20))])
     _produce(d.name, [(d.key(2), d.body("c", 2, "d-two", 21))])
     # The process dies right after the quarantine file is written (the crash window before its dead letters):
     # the restart finds the table quarantined and the batch's records go to the dead letters then.
@@ -445,13 +446,13 @@ def test_a_refused_schema_change_quarantines_its_table_only(spark: SparkSession,
     d_rows = spark.read.format("hudi").load(f"{silver}/{database}/s_d").select("id", "v").collect()
     dead = [r for r in _dead_letters(spark, config) if r["topic"] == c.name]
 
-    assert [r["id"] for r in c_rows] == [1]  # as before the widening
+    assert [r["id"] for r in c_rows] == [1]  # as before the narrowing
     assert sorted(map(tuple, d_rows)) == [(1, "d-one"), (2, "d-two"), (3, "d-three")]
     assert [(r["kafka_offset"], r["error_kind"]) for r in dead] == [
         (offset, "quarantined") for offset in quarantined["offsets"]
     ]
-    assert all("SchemaCompatibilityException" in r["error_message"] or "MISSING_UNION_BRANCH" in r["error_message"]
-               for r in dead), dead[0]["error_message"]
+    assert all("ColumnTypeChangeError" in r["error_message"] and "from decimal(6,2) (the table's) to decimal(5,2)"
+               in r["error_message"] for r in dead), dead[0]["error_message"]
     second, third = quarantined["second"].history[-1][table], quarantined["third"].history[-1][table]
     assert second.quarantined and third.quarantined
     assert (second.upserts, second.dead_letters, third.dead_letters) == (0, 1, 2)
@@ -465,7 +466,7 @@ def test_the_quarantine_survives_restarts_and_is_in_status(quarantined: dict, lo
 
     assert set(status["quarantined"]) == {table, f"{config.lake.database}.s_f"}
     assert status["quarantined"][table]["batch_id"] == 1  # where it began (the crashed run); read back from the lake
-    assert "step upsert" in status["quarantined"][table]["reason"]
+    assert "step widen: ColumnTypeChangeError" in status["quarantined"][table]["reason"]
     assert status["tables"][table]["quarantined"]
     assert status["failure"] is None
 
@@ -593,7 +594,7 @@ def test_replay_repairs_the_quarantined_table_in_source_order(spark: SparkSessio
     config, c = quarantined["config"], quarantined["c"]
     database, table = config.lake.database, f"{config.lake.database}.s_c"
     widened, updated, inserted = quarantined["offsets"]
-    rewrite_with_type(spark, config, "s_c", "amount", "decimal(12,2)")
+    rewrite_with_type(spark, config, "s_c", "amount", "decimal(5,2)")
     quarantine = Quarantine(config)
     delete_path(spark, quarantine.path(database, "s_c"))
 
@@ -605,7 +606,7 @@ def test_replay_repairs_the_quarantined_table_in_source_order(spark: SparkSessio
     ]
     assert "later replayed record" in outcomes[0].detail
     rows = spark.read.format("hudi").load(config.lake.table_path("s_c")).select("id", "amount").collect()
-    assert sorted((r["id"], str(r["amount"])) for r in rows) == [(1, "1234.50"), (2, "99.99"), (3, "7.25")]
+    assert sorted((r["id"], str(r["amount"])) for r in rows) == [(1, "123.50"), (2, "99.99"), (3, "7.25")]
     marks = {r["dead_letter_id"]: r["replay_status"] for r in _dead_letters(spark, config) if r["topic"] == c.name}
     assert marks == {f"{c.name}/0/{widened}": "superseded", f"{c.name}/0/{updated}": "applied",
                      f"{c.name}/0/{inserted}": "applied"}
@@ -615,13 +616,13 @@ def test_replay_repairs_the_quarantined_table_in_source_order(spark: SparkSessio
 
     assert [(o.status, "newer change" in o.detail) for o in again] == [("superseded", True)]
     rows = spark.read.format("hudi").load(config.lake.table_path("s_c")).select("id", "amount").collect()
-    assert sorted((r["id"], str(r["amount"])) for r in rows) == [(1, "1234.50"), (2, "99.99"), (3, "7.25")]
+    assert sorted((r["id"], str(r["amount"])) for r in rows) == [(1, "123.50"), (2, "99.99"), (3, "7.25")]
 
     # The job takes the table's changes again.
-    later = _produce(c.name, [(c.key(4), c.change("c", 4, "123456.78", 40))])
+    later = _produce(c.name, [(c.key(4), c.change("c", 4, "456.78", 40))])
     _run_job(spark, config)
     rows = spark.read.format("hudi").load(config.lake.table_path("s_c")).select("id", "amount").collect()
-    assert (4, "123456.78") in {(r["id"], str(r["amount"])) for r in rows}, later
+    assert (4, "456.78") in {(r["id"], str(r["amount"])) for r in rows}, later
 
 
 def test_replay_reports_records_that_still_fail(spark: SparkSession, poisoned: dict) -> None:

@@ -1,7 +1,8 @@
-"""A PostgreSQL column widened from numeric(6,2) to numeric(12,2): Hudi refuses the table's next write, so the table
-is quarantined while the job's other table keeps flowing, also after a restart; after the fix (the table rewritten
-with the new type) and its quarantine file removed, scripts/replay_dead_letters.py re-feeds its dead letters and
-the table equals PostgreSQL value by value, and the job takes its changes again.
+"""A PostgreSQL column narrowed from numeric(6,2) to numeric(5,2), a type change the lake cannot follow
+(app/sink/widening.py): the table is quarantined while the job's other table keeps flowing, also after a restart;
+after the fix (the table rewritten with the new type) and its quarantine file removed,
+scripts/replay_dead_letters.py re-feeds its dead letters and the table equals PostgreSQL value by value, and the job
+takes its changes again.
 
 The table has a TOASTed column (`doc`, stored out of line, default replica identity): an update that leaves it alone
 carries Debezium's placeholder instead. Replayed, such an update takes the value from the table's row; one whose
@@ -82,7 +83,7 @@ def _offsets(table: str) -> list[int]:
     return [r.offset for r in read_topic(f"{PREFIX}.{SCHEMA}.{table}")]
 
 
-def test_a_widened_numeric_is_quarantined_then_repaired_by_replay(
+def test_a_narrowed_numeric_is_quarantined_then_repaired_by_replay(
     spark: SparkSession, local_config: JobConfig, lake_root: str, pg_conn: psycopg.Connection
 ) -> None:
     s = SCHEMA
@@ -94,14 +95,14 @@ def test_a_widened_numeric_is_quarantined_then_repaired_by_replay(
         Pipeline.of(spark, config).run()
         _prices_equal_postgresql(spark, config, pg_conn)
 
-        # The widening, then an insert of a wide value, an update and a delete; the other table changes too. The
+        # The narrowing, then an insert, an update and a delete; the other table changes too. The
         # updates leave the TOASTed doc alone: their events carry the placeholder.
-        pg_conn.execute(f"alter table {s}.prices alter column amount type numeric(12,2)")
-        pg_conn.execute(f"insert into {s}.prices values (6, 1234567.89, 'wide')")
-        pg_conn.execute(f"update {s}.prices set amount = 99999.99 where id = 1")
+        pg_conn.execute(f"alter table {s}.prices alter column amount type numeric(5,2)")
+        pg_conn.execute(f"insert into {s}.prices values (6, 999.99, 'wide')")
+        pg_conn.execute(f"update {s}.prices set amount = 888.88 where id = 1")
         pg_conn.execute(f"delete from {s}.prices where id = 2")
         pg_conn.execute(f"insert into {s}.prices values (7, 7.77, 'seven', repeat(md5('seven'), 250))")
-        pg_conn.execute(f"update {s}.prices set amount = 77777.77 where id = 7")
+        pg_conn.execute(f"update {s}.prices set amount = 777.77 where id = 7")
         pg_conn.execute(f"insert into {s}.other values (4, 'v4')")
         _wait("prices", 11)  # 5 + insert + update + delete + its tombstone + insert + update
         _wait("other", 4)
@@ -126,7 +127,7 @@ def test_a_widened_numeric_is_quarantined_then_repaired_by_replay(
         # The fix, the quarantine lifted. First the records from key 7's update on: the updates of keys 7 and 3
         # carry the doc placeholder; key 3's row in the table supplies it, key 7 has no row (its insert is not among
         # these): incomplete, naming the re-snapshot.
-        rewrite_with_type(spark, config, f"{s}_prices", "amount", "decimal(12,2)")
+        rewrite_with_type(spark, config, f"{s}_prices", "amount", "decimal(5,2)")
         delete_path(spark, Quarantine(config).path(DATABASE, f"{s}_prices"))
         update_7, update_3 = _offsets("prices")[-2:]
         outcomes = replay(spark, config, Selection(topic=f"{PREFIX}.{SCHEMA}.prices", from_offset=update_7))
@@ -143,7 +144,7 @@ def test_a_widened_numeric_is_quarantined_then_repaired_by_replay(
         assert status["dead_letters"][PRICES]["diverged_keys"] == ['{"id":7}']  # only the incomplete one
         rows = {r["id"]: r for r in _silver(spark, config, "prices").collect()}
         assert (rows[1]["doc"],) == pg_conn.execute(f"select doc from {s}.prices where id = 1").fetchone()
-        assert rows[7]["doc"] is None and str(rows[7]["amount"]) == "77777.77"
+        assert rows[7]["doc"] is None and str(rows[7]["amount"]) == "777.77"
 
         # The re-snapshot of key 7 the report named (a Debezium incremental snapshot, by its signal table), and a
         # later change: the job takes the table's changes again and the snapshot read settles key 7.

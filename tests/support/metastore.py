@@ -35,3 +35,15 @@ def metastore_partitions(database: str, table: str) -> list[str]:
             (database.lower(), table.lower()),
         ).fetchall()
     return sorted(str(r[0]) for r in rows)
+
+
+def metastore_column_types(database: str, table: str) -> dict[str, str]:
+    """The registered table's columns and their Hive types (`decimal(12,2)`, `bigint`, ...); {} when absent."""
+    with psycopg.connect(METASTORE_DSN) as conn:
+        rows = conn.execute(
+            'select c."COLUMN_NAME", c."TYPE_NAME" from "TBLS" t join "DBS" d on d."DB_ID" = t."DB_ID" '
+            'join "SDS" s on s."SD_ID" = t."SD_ID" join "COLUMNS_V2" c on c."CD_ID" = s."CD_ID" '
+            'where d."NAME" = %s and t."TBL_NAME" = %s',
+            (database.lower(), table.lower()),
+        ).fetchall()
+    return {str(name): str(type_) for name, type_ in rows}
