@@ -293,7 +293,8 @@ class TableWriter:
 
     def _widen(self, plan: TablePlan, target: HudiTarget, rows_df: DataFrame, step: Step, query_id: str) -> None:
         """The widen step (module docstring)."""
-        change = self.widening.apply(rows_df, target, step.batch_id, query_id, self.hooks.write_options(target.path))
+        change = self.widening.apply(rows_df, target, step.batch_id, query_id,
+                                     lambda: self.hooks.write_options(target.path))
         if change.widened:
             self.hooks.at("table_rewritten", batch_id=step.batch_id, table=target.qualified_name)
         defaulted = sorted(set(change.added) & set(plan.defaulted_columns))

@@ -32,6 +32,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -185,10 +186,10 @@ class Widening:
         self._lock = threading.Lock()
 
     def apply(self, rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str,
-              extra: dict[str, str] | None = None) -> SchemaChange:
+              extra: Callable[[], dict[str, str]] | None = None) -> SchemaChange:
         """Rewrite the table when the batch widens a column it needs rewriting for; returns what the batch changes
-        (nothing for a new table, or columns checked before). `extra`: write options added to the rewrite's (the
-        crash tests' pause points, app/hooks.py).
+        (nothing for a new table, or columns checked before). `extra`: asked only for a rewrite, write options added
+        to its own (the crash tests' pause points, app/hooks.py).
 
         Raises:
             ColumnTypeChangeError: a column's type changed in a way the lake cannot follow (widened_columns).
@@ -204,7 +205,7 @@ class Widening:
             change = SchemaChange(widened_columns(table_types, rows_df.schema, target.qualified_name),
                                   tuple(f.name for f in rows_df.schema.fields if f.name not in table_types))
         if change.widened:
-            rewrite(spark, target, change.widened, batch_id, query_id, extra=extra)
+            rewrite(spark, target, change.widened, batch_id, query_id, extra=extra() if extra else None)
         with self._lock:
             self._checked[target.path] = columns
         return change
