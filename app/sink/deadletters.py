@@ -51,7 +51,7 @@ SAMPLE_KEYS = 20  # record keys named per kind in the log line and the batch's f
 APPLIED, SUPERSEDED, RESNAPSHOTTED = "applied", "superseded", "resnapshotted"
 INCOMPLETE, FAILED = "incomplete", "failed"
 SETTLED: Final = (APPLIED, SUPERSEDED, RESNAPSHOTTED)
-REPLAY_COLUMNS: Final = ("replay_status", "replay_detail", "replayed_at")
+REPLAY_COLUMNS: Final = {"replay_status": "string", "replay_detail": "string", "replayed_at": "timestamp"}
 
 
 def is_unsettled() -> Column:
@@ -121,9 +121,7 @@ def dead_letter_rows(
         F.col(POSITION_COL).alias("source_position"),
         F.lit(batch_id).cast("long").alias("batch_id"),
         F.current_timestamp().alias("dead_lettered_at"),
-        F.lit(None).cast("string").alias("replay_status"),
-        F.lit(None).cast("string").alias("replay_detail"),
-        F.lit(None).cast("timestamp").alias("replayed_at"),
+        *[F.lit(None).cast(type_).alias(name) for name, type_ in REPLAY_COLUMNS.items()],
     )
 
 
@@ -160,7 +158,7 @@ class DeadLetters:
 
     def _read(self, spark: SparkSession) -> DataFrame:
         rows = spark.read.format("hudi").load(self.target.path)
-        for name, type_ in (("replay_status", "string"), ("replay_detail", "string"), ("replayed_at", "timestamp")):
+        for name, type_ in REPLAY_COLUMNS.items():
             if name not in rows.columns:  # a table written before the replay columns existed
                 rows = rows.withColumn(name, F.lit(None).cast(type_))
         return rows

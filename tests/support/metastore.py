@@ -12,18 +12,29 @@ METASTORE_DSN = PG_DSN.replace("dbname=source", "dbname=metastore")
 def metastore_table(database: str, table: str) -> tuple[str, str, list[str]] | None:
     """(table type, storage location, column names in order) of a registered table, or None."""
     with psycopg.connect(METASTORE_DSN) as conn:
-        row = conn.execute(
-            'select t."TBL_TYPE", s."LOCATION", s."CD_ID" from "TBLS" t '
-            'join "DBS" d on d."DB_ID" = t."DB_ID" join "SDS" s on s."SD_ID" = t."SD_ID" '
-            'where d."NAME" = %s and t."TBL_NAME" = %s',
-            (database.lower(), table.lower()),
-        ).fetchone()
+        row = _registered(conn, database, table)
         if row is None:
             return None
-        columns = conn.execute(
-            'select "COLUMN_NAME" from "COLUMNS_V2" where "CD_ID" = %s order by "INTEGER_IDX"', (row[2],)
-        ).fetchall()
-    return str(row[0]), str(row[1]), [str(c[0]) for c in columns]
+        return str(row[0]), str(row[1]), [name for name, _ in _columns(conn, row[2])]
+
+
+def _registered(conn: psycopg.Connection, database: str, table: str) -> tuple[str, str, int] | None:
+    """(table type, storage location, column descriptor id) of a registered table, or None."""
+    row = conn.execute(
+        'select t."TBL_TYPE", s."LOCATION", s."CD_ID" from "TBLS" t '
+        'join "DBS" d on d."DB_ID" = t."DB_ID" join "SDS" s on s."SD_ID" = t."SD_ID" '
+        'where d."NAME" = %s and t."TBL_NAME" = %s',
+        (database.lower(), table.lower()),
+    ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
+
+
+def _columns(conn: psycopg.Connection, cd_id: int) -> list[tuple[str, str]]:
+    """A column descriptor's (name, Hive type) pairs, in order."""
+    rows = conn.execute(
+        'select "COLUMN_NAME", "TYPE_NAME" from "COLUMNS_V2" where "CD_ID" = %s order by "INTEGER_IDX"', (cd_id,)
+    ).fetchall()
+    return [(str(name), str(type_)) for name, type_ in rows]
 
 
 def metastore_partitions(database: str, table: str) -> list[str]:
@@ -40,10 +51,5 @@ def metastore_partitions(database: str, table: str) -> list[str]:
 def metastore_column_types(database: str, table: str) -> dict[str, str]:
     """The registered table's columns and their Hive types (`decimal(12,2)`, `bigint`, ...); {} when absent."""
     with psycopg.connect(METASTORE_DSN) as conn:
-        rows = conn.execute(
-            'select c."COLUMN_NAME", c."TYPE_NAME" from "TBLS" t join "DBS" d on d."DB_ID" = t."DB_ID" '
-            'join "SDS" s on s."SD_ID" = t."SD_ID" join "COLUMNS_V2" c on c."CD_ID" = s."CD_ID" '
-            'where d."NAME" = %s and t."TBL_NAME" = %s',
-            (database.lower(), table.lower()),
-        ).fetchall()
-    return {str(name): str(type_) for name, type_ in rows}
+        row = _registered(conn, database, table)
+        return {} if row is None else dict(_columns(conn, row[2]))
