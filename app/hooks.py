@@ -14,6 +14,8 @@ The points a batch reaches, in order (`at`):
     ledger_written    a hard-delete table's delete ledger written (app/sink/ledger.py), its Silver commit not yet
     table_rewritten   a table rewritten with the types of columns widened upstream (app/sink/widening.py), the
                       batch's upsert not yet
+    snapshot_requested  an incremental snapshot of a table asked for on its connector's signal topic, for columns
+                      added upstream (app/wire/signals.py), the batch's upsert not yet
     between_tables    one Silver table committed, another still to write
     tables_committed  every Silver table committed; Spark has not recorded the batch (it replays it)
 """
@@ -23,7 +25,7 @@ from typing import Any, Final
 
 POINTS: Final = (
     "decode", "bronze_written", "dead_letters_written", "dead_letters_settled", "quarantined", "ledger_written",
-    "table_rewritten", "between_tables", "tables_committed",
+    "table_rewritten", "snapshot_requested", "between_tables", "tables_committed",
 )
 
 

@@ -66,6 +66,17 @@ def converter_config(registry_url: str, framing: str = "id4", id_type: str = "co
     return conf
 
 
+# The project's SMT (jvm/ io.cdclake.connect): a NULL in a nullable column with a default reaches Kafka as NULL.
+# The Apicurio 2.6 converter otherwise writes the column's default for it (docs/schema-changes.md "Defaults").
+DEFAULTS_SMT: dict[str, str] = {"transforms.defaults.type": "io.cdclake.connect.DefaultsAsParameters"}
+
+
+def defaults_smt_config(*before: str) -> dict[str, str]:
+    """The connector's `transforms`: those named in `before`, then the project's DefaultsAsParameters (last, so it
+    sees the rows as they are written)."""
+    return {"transforms": ",".join([*before, "defaults"]), **DEFAULTS_SMT}
+
+
 def postgres_connector_config(
     name: str,
     source: PostgresSource,
@@ -101,6 +112,7 @@ def postgres_connector_config(
         "snapshot.mode": "initial",
         "publish.via.partition.root": str(publish_via_partition_root).lower(),
         **converter_config(registry_url, framing, id_type),
+        **defaults_smt_config(),
     }
 
 
@@ -179,6 +191,7 @@ def mariadb_connector_config(
         "schema.name.adjustment.mode": "avro",
         "snapshot.mode": "initial",
         **converter_config(registry_url, framing, id_type),
+        **defaults_smt_config(),
     }
 
 
@@ -194,9 +207,9 @@ UNWRAP_POSITION_FIELDS: dict[str, str] = {
 def unwrap_smt_config(connector: str, handling: str = "rewrite") -> dict[str, str]:
     """Debezium's unwrap SMT (ExtractNewRecordState) as the reference connectors set it: deletes rewritten to
     rows with `__deleted` (`handling`: rewrite or rewrite-with-tombstone), and `add.fields` carrying the op, the
-    connector's source position and the source time."""
+    connector's source position and the source time; followed by the project's DefaultsAsParameters."""
     return {
-        "transforms": "unwrap",
+        **defaults_smt_config("unwrap"),
         "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
         "transforms.unwrap.delete.tombstone.handling.mode": handling,
         "transforms.unwrap.add.fields": f"op,{UNWRAP_POSITION_FIELDS[connector]},source.ts_ms",

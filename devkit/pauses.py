@@ -14,7 +14,7 @@ When the job reaches an armed point the first time, it writes `<CDC_PAUSE_DIR>/<
 batch id and what the caller reports: the table, the tables committed so far) and sleeps until it is killed.
 
 The points are app/hooks.py's POINTS (decode, bronze_written, dead_letters_written, dead_letters_settled,
-quarantined, ledger_written, between_tables, tables_committed) and
+quarantined, ledger_written, table_rewritten, snapshot_requested, between_tables, tables_committed) and
 
     hudi_commit       inside a Hudi commit: data files and markers written, the instant still inflight
                       (io.cdclake.testing.PausingPreCommitValidator in jvm/, a Hudi pre-commit validator)

@@ -5,6 +5,8 @@
 #   requirements.txt   the pinned runtime dependencies of setup.cfg, less pyspark (the cluster's Spark brings its own)
 #   cdc-functions.jar  the job's JVM functions (jvm/; app/cdc/debezium_types.py calls them with `reflect` for numeric over 38
 #                      digits and bit(n)), for spark-submit --jars; built by scripts/setup.sh jvm when jvm/ changed
+#   cdc-connect.jar    the Kafka Connect SMT io.cdclake.connect.DefaultsAsParameters, for the Debezium connector's
+#                      plugin folder, not for Spark (docs/schema-changes.md "A NULL in a column with a default")
 # Then, from any working directory (the Kafka, Avro and Hudi jars besides):
 #   spark-submit --jars <out>/cdc-functions.jar --py-files <out>/cdc_lakehouse.zip <out>/main.py --conf <path | s3://...>
 # The files may as well be on S3 (scripts/emr/deploy.sh uploads them).
@@ -15,7 +17,7 @@ OUT="$ROOT/build/package"
 while (($#)); do
   case $1 in
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,4 +46,5 @@ pins = [p for p in pins if p and not p.startswith("#") and not p.lower().startsw
 EOF
 bash "$ROOT/scripts/setup.sh" jvm
 cp "$ROOT/.deps/spark/cdc-functions.jar" "$OUT/cdc-functions.jar"
+cp "$ROOT/.deps/connect/cdc-connect.jar" "$OUT/cdc-connect.jar"
 ls -l "$OUT"

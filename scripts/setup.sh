@@ -85,20 +85,22 @@ jars() {
   jvm_functions
 }
 
-# The job's JVM functions (app/cdc/debezium_types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes.
+# The job's JVM functions (app/cdc/debezium_types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes;
+# and the connector side's SMT (io.cdclake.connect, .deps/connect/cdc-connect.jar, linked into each Connect plugin).
 # The crash tests' pause points (io.cdclake.testing) go to a jar of their own, never in .deps/spark (which the image
 # and the package take): .deps/spark-testing holds links to every jar of .deps/spark and that one, for the tests'
 # job processes (`spark.jars_dir: .deps/spark-testing`).
 jvm_functions() {
   local stamp=.deps/spark/.cdc-functions.stamp want
   want=$(find jvm/pom.xml jvm/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1)
-  if [ ! -f .deps/spark/cdc-functions.jar ] || [ ! -f .deps/testing/cdc-testing.jar ] \
+  if [ ! -f .deps/spark/cdc-functions.jar ] || [ ! -f .deps/testing/cdc-testing.jar ] || [ ! -f .deps/connect/cdc-connect.jar ] \
       || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "mvn package jvm/ (cdc-functions.jar, cdc-testing.jar)"
+    log "mvn package jvm/ (cdc-functions.jar, cdc-testing.jar, cdc-connect.jar)"
     mvn -q -B -f jvm/pom.xml -DskipTests package
-    mkdir -p .deps/spark .deps/testing
+    mkdir -p .deps/spark .deps/testing .deps/connect
     cp jvm/target/cdc-functions.jar .deps/spark/cdc-functions.jar
     cp jvm/target/cdc-functions-testing.jar .deps/testing/cdc-testing.jar
+    cp jvm/target/cdc-functions-connect.jar .deps/connect/cdc-connect.jar
     echo "$want" > "$stamp"
   fi
   rm -rf .deps/spark-testing

@@ -335,15 +335,16 @@ spark_alive() { # the master and every worker
 }
 
 plugin_dir() {
-  # One Connect plugin per Debezium connector, each with the Apicurio converter beside it (plugin isolation
-  # loads the converter named in a connector config from the connector's own folder).
+  # One Connect plugin per Debezium connector, each with the Apicurio converter and the project's SMT
+  # (io.cdclake.connect.DefaultsAsParameters) beside it (plugin isolation loads the converter and transforms named
+  # in a connector config from the connector's own folder).
   local src name
   rm -rf "$STACK_DIR/plugins"
   for src in "$DEPS"/debezium/debezium-connector-postgres "$DEPS"/debezium-mariadb/debezium-connector-mariadb; do
     [ -d "$src" ] || die "$src missing; run scripts/setup.sh jars"
     name=$(basename "$src")
     mkdir -p "$STACK_DIR/plugins/$name"
-    ln -s "$src"/*.jar "$DEPS"/converter/*.jar "$STACK_DIR/plugins/$name/"
+    ln -s "$src"/*.jar "$DEPS"/converter/*.jar "$DEPS"/connect/cdc-connect.jar "$STACK_DIR/plugins/$name/"
   done
 }
 

@@ -369,3 +369,13 @@ def test_a_signal_topic_the_job_would_read_as_a_table_is_refused() -> None:
     _assert_names_key(_config_error(raw), "source.signal_topic", "matches kafka.topic_pattern")
     raw["source"]["signal_topic"] = "cdc-signals"
     assert parse_config(raw).source_list[0].signal_topic == "cdc-signals"
+
+
+def test_which_new_columns_ask_for_a_snapshot_is_one_of_three_and_all_by_default() -> None:
+    raw = _minimal()
+    assert parse_config(raw).source_list[0].snapshot_new_columns == "all"
+    raw["source"]["snapshot_new_columns"] = "with_default"
+    assert parse_config(raw).source_list[0].snapshot_new_columns == "with_default"
+    raw["source"]["snapshot_new_columns"] = "sometimes"
+
+    _assert_names_key(_config_error(raw), "source.snapshot_new_columns", "sometimes")

@@ -144,7 +144,11 @@ def test_package_runs_from_any_directory_with_app_from_the_zip(tmp_path: Path) -
     # The JVM functions app/cdc/debezium_types.py calls through `reflect` ship with the package (the step's --jars).
     jar = zipfile.ZipFile(out / "cdc-functions.jar").namelist()
     assert "io/cdclake/CdcValues.class" in jar
-    assert not any(n.startswith("io/cdclake/testing/") for n in jar)  # the pause points stay with the tests
+    assert not any(n.startswith(("io/cdclake/testing/", "io/cdclake/connect/")) for n in jar)  # tests', Connect's
+    smt = zipfile.ZipFile(out / "cdc-connect.jar").namelist()  # the connector side's SMT, a jar of its own
+    assert "io/cdclake/connect/DefaultsAsParameters.class" in smt
+    assert not any(n.endswith("CdcValues.class") for n in smt)
+    assert "META-INF/services/org.apache.kafka.connect.transforms.Transformation" in smt
     assert (out / "cdc-functions.jar").read_bytes() == (ROOT / ".deps" / "spark" / "cdc-functions.jar").read_bytes()
 
     # What --py-files does: the zip on PYTHONPATH, the entry script run from another folder.

@@ -106,7 +106,8 @@ def merged_plan(plans: list[TablePlan]) -> TablePlan:
                      routes=tuple(p.route for p in plans), dead_df=union(dead) if dead else None,
                      source_df=first.source_df, key_schemas={k: v for p in plans for k, v in p.key_schemas.items()},
                      quarantine=next((p.quarantine for p in plans if p.quarantine is not None), None),
-                     defaulted_columns=tuple(sorted({c for p in plans for c in p.defaulted_columns})))
+                     defaulted_columns=tuple(sorted({c for p in plans for c in p.defaulted_columns})),
+                     source_columns=tuple(dict.fromkeys(c for p in plans for c in p.source_columns)))
 
 
 def union(frames: Iterable[DataFrame]) -> DataFrame:

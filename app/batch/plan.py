@@ -78,6 +78,8 @@ class TablePlan:
     # Columns a writer schema of the batch declares a default for: one the table lacks yet was added upstream with
     # a default, and the rows written before hold it in the source (app/batch/writer.py: widen).
     defaulted_columns: tuple[str, ...] = ()
+    # The source table's columns, as the batch's writer schemas give them (not the job's own columns).
+    source_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.routes:

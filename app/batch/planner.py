@@ -22,7 +22,7 @@ from app.batch.plan import (
     dead_coordinates,
     quarantined_coordinates,
 )
-from app.cdc.debezium_types import placeholder_tests, reader_schema, with_debezium_types
+from app.cdc.debezium_types import declares_default, placeholder_tests, reader_schema, with_debezium_types
 from app.cdc.position import CONNECTOR_KINDS, connector_kind
 from app.cdc.unwrap import (
     NO_KEY_CHECK,
@@ -220,7 +220,8 @@ class Planner:
             carry = [c for c in value_columns if c not in target.record_key]
         return TablePlan(route, record_key, events_df, target, stats, summary, tuple(carry), dead_df=dead_df,
                          source_df=framed_df, key_schemas=key_schemas,
-                         defaulted_columns=tuple(sorted({c for s in slices for c in s.defaulted_columns})))
+                         defaulted_columns=tuple(sorted({c for s in slices for c in s.defaulted_columns})),
+                         source_columns=tuple(dict.fromkeys(c for s in slices for c in s.value_columns)))
 
     def check_merges_at_start(self, spark: SparkSession, routes: list[TableRoute]) -> None:
         """Refuse, before the first batch, topics merged into one table whose latest value schemas disagree on a
@@ -340,7 +341,7 @@ class Planner:
         else:
             unwrapped_df = decoded_df.transform(unwrap_flattened, value_columns, connector, placeholders)
         events_df = unwrapped_df.transform(with_debezium_types, value_fields, schema_json, connector)
-        defaulted = tuple(f["name"] for f in value_fields if f.get("default") is not None)
+        defaulted = tuple(f["name"] for f in value_fields if declares_default(f))
         return Slice(events_df, tuple(value_columns), tuple(placeholders), defaulted)
 
     def _record_key(

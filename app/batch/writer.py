@@ -30,6 +30,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -74,6 +75,16 @@ from app.wire.decode import DECODE, TRAILING_BYTES
 from app.wire.signals import request_snapshot
 
 log = logging.getLogger(__name__)
+
+
+def columns_to_snapshot(added: Sequence[str], defaulted: Sequence[str], policy: str) -> list[str]:
+    """Of the columns added upstream, those that make the job ask for an incremental snapshot of the table under
+    `snapshot_new_columns` = `policy` (`defaulted`: the columns whose writer schema declares a default)."""
+    if policy == "all":
+        return list(added)
+    if policy == "with_default":
+        return [c for c in added if c in defaulted]
+    return []
 
 
 @dataclass
@@ -297,31 +308,44 @@ class TableWriter:
                                      lambda: self.hooks.write_options(target.path))
         if change.widened:
             self.hooks.at("table_rewritten", batch_id=step.batch_id, table=target.qualified_name)
-        defaulted = sorted(set(change.added) & set(plan.defaulted_columns))
-        if defaulted:
-            self._snapshot_for_defaults(plan, defaulted, rows_df.sparkSession, step.batch_id)
+        added = [c for c in change.added if c in plan.source_columns]
+        if added:
+            self._snapshot_for_added(plan, added, rows_df.sparkSession, step.batch_id)
 
-    def _snapshot_for_defaults(self, plan: TablePlan, columns: list[str], spark: SparkSession, batch_id: int) -> None:
-        """Columns added upstream with a default: the rows written before hold it in the source, but no event says
-        which value (a function default arrives as 0, a changed default as its newest value), so the job asks the
-        connector for an incremental snapshot of the table, before the commit (a crash in between asks again), or
-        says which to run when the source has no `signal_topic` (docs/schema-changes.md)."""
+    def _snapshot_for_added(self, plan: TablePlan, added: list[str], spark: SparkSession, batch_id: int) -> None:
+        """Columns added upstream: the rows written before may hold a default in the source, but no event says which
+        value (a function default arrives as 0 or without one, a changed default as its newest value), so the job
+        asks the connector for an incremental snapshot of the table (for which columns: the source's
+        `snapshot_new_columns`), before the commit (a crash in between asks again), or says which to run when the
+        source has no `signal_topic` (docs/schema-changes.md)."""
         route = plan.route
         collection = ".".join(p for p in (route.source_database, route.source_schema, route.source_table) if p)
         source = next(s for s in self.config.source_list if s.label == route.source)
+        key = self.config.source_key(self.config.source_list.index(source))
+        defaulted = [c for c in added if c in plan.defaulted_columns]
+        policy = source.snapshot_new_columns
+        wanted = columns_to_snapshot(added, plan.defaulted_columns, policy)
+        if not wanted:
+            if defaulted:
+                log.warning("batch=%s table=%s: columns %s were added upstream with a default: rows written before "
+                            "read as null here until they change (%s.snapshot_new_columns: none). Run an incremental "
+                            "snapshot of %s (docs/schema-changes.md)", batch_id, route.qualified_name,
+                            ", ".join(defaulted), key, collection)
+            else:
+                log.info("batch=%s table=%s: columns %s were added upstream, none with a declared default "
+                         "(%s.snapshot_new_columns: %s)", batch_id, route.qualified_name, ", ".join(added), key, policy)
+            return
         if source.signal_topic is None:
-            log.warning(
-                "batch=%s table=%s: columns %s were added upstream with a default: rows written before read as null "
-                "here until they change, where the source shows the default. Run an incremental snapshot of %s, or "
-                "set %s.signal_topic for the job to ask for it (docs/schema-changes.md)", batch_id,
-                route.qualified_name, ", ".join(columns), collection,
-                self.config.source_key(self.config.source_list.index(source)),
-            )
+            log.warning("batch=%s table=%s: columns %s were added upstream: rows written before read as null here "
+                        "until they change, where the source may show a default. Run an incremental snapshot of %s, "
+                        "or set %s.signal_topic for the job to ask for it (docs/schema-changes.md)", batch_id,
+                        route.qualified_name, ", ".join(wanted), collection, key)
             return
         request_snapshot(spark, self.config.kafka, source.signal_topic, source.topic_prefix, collection)
-        log.warning("batch=%s table=%s: columns %s were added upstream with a default: asked the connector for an "
-                    "incremental snapshot of %s, which brings the rows written before", batch_id,
-                    route.qualified_name, ", ".join(columns), collection)
+        self.hooks.at("snapshot_requested", batch_id=batch_id, table=route.qualified_name)
+        log.warning("batch=%s table=%s: columns %s were added upstream: asked the connector for an incremental "
+                    "snapshot of %s, which brings the rows written before as the source has them", batch_id,
+                    route.qualified_name, ", ".join(wanted), collection)
 
     @staticmethod
     def _compact_ledger(spark: SparkSession, target: HudiTarget, batch_id: int) -> None:

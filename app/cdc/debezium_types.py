@@ -319,6 +319,20 @@ def placeholder_tests(value_fields: Sequence[dict[str, Any]], schema_json: str =
     return tests
 
 
+# Where the project's Kafka Connect SMT (jvm/ io.cdclake.connect.DefaultsAsParameters) moves an optional column's
+# default, so that the converter writes a NULL as NULL; the Avro schema carries it under `connect.parameters`.
+MOVED_DEFAULT: Final = "cdclake.default"
+
+
+def declares_default(field: dict[str, Any]) -> bool:
+    """Whether the writer schema says the column has a default: an Avro field default, or one the connector's
+    DefaultsAsParameters moved into the column type's `connect.parameters`."""
+    if field.get("default") is not None:
+        return True
+    node = _non_null(field["type"])
+    return isinstance(node, dict) and MOVED_DEFAULT in node.get("connect.parameters", {})
+
+
 def _non_null(avro_type: Any) -> Any:
     if isinstance(avro_type, list):
         branches = [t for t in avro_type if t != "null"]

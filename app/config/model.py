@@ -143,10 +143,14 @@ class SourceConfig:
     # table. Unset: each topic is a table of its own.
     catalog: SourceCatalogConfig | None = None
     # The connector's Kafka signal topic (its `signal.kafka.topic`, with `signal.enabled.channels` holding `kafka`):
-    # when a column is added upstream with a default, the job asks the connector there for an incremental snapshot
-    # of the table, so that the rows written before read as the source has them (docs/schema-changes.md). Unset:
-    # the job logs the snapshot to run instead.
+    # when a column is added upstream (see snapshot_new_columns), the job asks the connector there for an
+    # incremental snapshot of the table, so that the rows written before read as the source has them
+    # (docs/schema-changes.md). Unset: the job logs the snapshot to run instead.
     signal_topic: str | None = None
+    # Which columns added upstream make the job ask for that snapshot: `all` (the rows written before may hold a
+    # default no event schema shows: a function default arrives without one, on MariaDB always), `with_default`
+    # (only columns whose event schema declares a default: cheaper, misses such function defaults) or `none`.
+    snapshot_new_columns: Literal["all", "with_default", "none"] = "all"
 
     @property
     def label(self) -> str:

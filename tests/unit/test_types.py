@@ -26,7 +26,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.cdc.debezium_types import conversion, named_types, placeholder_test, reader_schema, with_debezium_types
+from app.cdc.debezium_types import (
+    conversion,
+    declares_default,
+    named_types,
+    placeholder_test,
+    reader_schema,
+    with_debezium_types,
+)
 from app.cdc.position import MYSQL, POSTGRESQL
 from app.cdc.unwrap import UNAVAILABLE_PLACEHOLDER
 
@@ -318,3 +325,20 @@ def test_with_debezium_types_converts_by_field_and_keeps_other_columns(spark: Sp
         StructField("_cdc_op", StringType()),
     ]))
     assert_df_equality(actual_df, expected_df, ignore_nullable=True)
+
+
+def test_a_default_is_declared_by_the_field_or_moved_into_its_connect_parameters() -> None:
+    # As the registry holds them: a plain Avro default, and what the connector's DefaultsAsParameters SMT (jvm/)
+    # leaves of PostgreSQL's `n int default 7` and `t timestamptz default now()` (captured on the local stack).
+    plain = {"name": "n", "type": ["int", "null"], "default": 7}
+    moved = {"name": "n", "type": ["null", {"type": "int", "connect.parameters": {"cdclake.default": "7"}}],
+             "default": None}
+    moved_now = {"name": "t", "type": ["null", {"type": "string", "connect.version": 1, "connect.parameters": {
+        "cdclake.default": "1970-01-01T00:00:00.000000Z"}, "connect.name": "io.debezium.time.ZonedTimestamp"}],
+        "default": None}
+    none = {"name": "d", "type": ["null", {"type": "int", "connect.name": "io.debezium.time.Date"}], "default": None}
+    other_parameters = {"name": "p", "type": ["null", {"type": "bytes", "connect.parameters": {"scale": "2"}}],
+                        "default": None}
+
+    assert [declares_default(f) for f in (plain, moved, moved_now, none, other_parameters)] == [
+        True, True, True, False, False]

@@ -15,6 +15,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from app.batch.writer import columns_to_snapshot
 from app.errors import ColumnTypeChangeError
 from app.sink.widening import _type_name, widened_columns
 
@@ -75,3 +76,12 @@ def test_the_table_schema_names_its_types() -> None:
     assert _type_name(["null", "float"]) == "float"
     assert _type_name({"type": "array", "items": "int"}) == "array"
     assert _type_name(["null", "int", "string"]) == "union"
+
+
+@pytest.mark.parametrize(("policy", "expected"), [
+    ("all", ["color", "n"]),  # a function default may arrive without one (MariaDB: always)
+    ("with_default", ["n"]),
+    ("none", []),
+])
+def test_which_added_columns_ask_for_a_snapshot(policy: str, expected: list[str]) -> None:
+    assert columns_to_snapshot(["color", "n"], ("n",), policy) == expected
