@@ -40,6 +40,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--conf", required=True, help="YAML job config: a path (conf/local.yaml) or an s3:// or s3a:// URI"
     )
     parser.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the config (keys, types, allowed values, secrets' variables set) and exit: 0 if valid, 2 if "
+        "not; reads no data and starts no Spark",
+    )
+    parser.add_argument(
         "--available-now",
         action="store_true",
         help="process every offset present at start (Hudi commits and checkpoint included), then exit 0",
@@ -66,10 +72,18 @@ def main(argv: list[str] | None = None, hooks: Hooks | None = None) -> int:
     except ConfigError as e:
         print(f"invalid config {args.conf}: {e}", file=sys.stderr)
         return 2
+    if args.check_config:
+        sources = ", ".join(s.label for s in config.source_list)
+        print(f"config {args.conf} is valid: sources {sources}; topics matching {config.kafka.topic_pattern}; "
+              f"Silver in {config.lake.silver_path} (databases {', '.join(config.databases)})")
+        return 0
     configure_logging(config.log_level)
     try:
         run(config, args.conf, available_now=args.available_now, from_starting_offsets=args.from_starting_offsets,
             hooks=hooks)
+    except ConfigError as e:  # known only once the topics are (two topics mapping to one table, say)
+        log.error("invalid config %s: %s", args.conf, e)
+        return 2
     except PipelineError as e:
         log.error("%s: %s", type(e).__name__, e)
         return 1

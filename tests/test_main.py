@@ -1,9 +1,12 @@
 """The entry point validates the config before Spark starts and names the bad key."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -59,3 +62,39 @@ def test_main_runs_as_a_script_on_a_python_that_has_not_imported_types(tmp_path:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--conf" in done.stdout
+
+
+def _check(conf: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "app" / "main.py"), "--conf", str(conf), "--check-config"],
+        capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "METASTORE_PASSWORD": "x"},
+    )
+
+
+def test_check_config_says_valid_and_exits_0_without_spark(tmp_path: Path) -> None:
+    out = _check(LOCAL_CONF)
+    assert out.returncode == 0, out.stderr
+    assert "is valid" in out.stdout and "conf/local.yaml" in out.stdout
+    assert "SparkContext" not in out.stderr and "Running Spark version" not in out.stderr
+
+
+def test_check_config_names_each_kind_of_mistake_and_exits_2(tmp_path: Path) -> None:
+    def broken(change: Callable[[dict[str, Any]], None]) -> Path:
+        raw = yaml.safe_load(LOCAL_CONF.read_text())
+        change(raw)
+        conf = tmp_path / "bad.yaml"
+        conf.write_text(yaml.safe_dump(raw))
+        return conf
+
+    mistakes: list[tuple[Callable[[dict[str, Any]], None], str]] = [
+        (lambda raw: raw["kafka"].update(bootstrap_server="typo:9092"), "kafka.bootstrap_server"),  # unknown key
+        (lambda raw: raw["kafka"].pop("topic_pattern"), "kafka.topic_pattern"),  # missing
+        (lambda raw: raw["registry"].update(retries="many"), "registry.retries"),  # type
+        (lambda raw: raw["lake"].update(table_type="FAST"), "lake.table_type"),  # not allowed
+        (lambda raw: raw["lake"].update(table_writers=0), "lake.table_writers"),  # out of range
+        (lambda raw: raw["sources"][0].update(snapshot_new_columns="sometimes"), "sources[0].snapshot_new_columns"),
+        (lambda raw: raw["metastore"].update(password_env="CDC_NO_SUCH_VARIABLE"), "metastore.password_env"),  # secret
+    ]
+    for change, key in mistakes:
+        out = _check(broken(change))
+        assert out.returncode == 2 and key in out.stderr, (key, out.stdout, out.stderr)

@@ -21,10 +21,15 @@ ConnectorName = Literal["auto", "postgresql", "mysql", "mariadb", "sqlserver"]
 
 @dataclass(frozen=True)
 class KafkaConfig:
+    # The brokers, `host:port` separated by commas (MSK: its bootstrap string).
     bootstrap_servers: str
+    # Regex of the topics to read, matched against the whole topic name (the job anchors it).
     topic_pattern: str
+    # Where a query without a checkpoint starts reading: `earliest` or `latest`.
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # At most this many Kafka records per micro-batch; unset: all that are there.
     max_offsets_per_trigger: int | None = None
+    # Stop when offsets the checkpoint expects are gone (Kafka retention passed); false: skip them.
     fail_on_data_loss: bool = True
     # Extra Kafka client options passed as kafka.<key> (security settings, timeouts).
     options: dict[str, str] = field(default_factory=dict)
@@ -46,13 +51,21 @@ class RegistryAuthConfig:
     `$<client_secret_env>`; the bearer token is renewed `refresh_margin_s` before it expires.
     """
 
+    # How the registry client authenticates: `none`, `basic` or `oidc` (each needs its own keys below).
     type: Literal["none", "basic", "oidc"] = "none"
+    # basic: the user name.
     username: str | None = None
+    # basic: the environment variable holding the password.
     password_env: str | None = None
+    # oidc: the client id.
     client_id: str | None = None
+    # oidc: the environment variable holding the client secret.
     client_secret_env: str | None = None
+    # oidc: the token endpoint.
     token_url: str | None = None
+    # oidc: the scope asked for; unset: none.
     scope: str | None = None
+    # oidc: the bearer token is renewed this many seconds before it expires.
     refresh_margin_s: float = 30.0
 
     def secret(self) -> str:
@@ -63,13 +76,18 @@ class RegistryAuthConfig:
 
 @dataclass(frozen=True)
 class RegistryConfig:
+    # The Apicurio Registry's base URL (without `/apis/...`).
     url: str
     # v3 and v2: Apicurio's own APIs; ccompat: its Confluent-compatible API (/apis/ccompat/v7), where an id is a
     # contentId unless the registry runs in legacy-id mode (then a globalId).
     api: Literal["v3", "v2", "ccompat"] = "v3"
+    # How the client authenticates (`registry.auth.*`).
     auth: RegistryAuthConfig = field(default_factory=RegistryAuthConfig)
+    # Timeout of one registry request, in seconds.
     timeout_s: float = 10.0
+    # Retries of a request failing with 5xx, 429 or a connection error, with exponential backoff.
     retries: int = 4
+    # The first retry's wait in seconds, doubled for each next one.
     backoff_s: float = 0.5
 
 
@@ -80,7 +98,9 @@ class DiscriminatorConfig:
     table; without, `column` is one of the table's own columns (a tenant id). Either way it joins the record key.
     """
 
+    # The discriminator column: one the job adds (with `value`) or one of the table's own.
     column: str
+    # The constant the job writes to `column` for this source table; unset: `column` is the table's own.
     value: str | None = None
 
 
@@ -89,11 +109,14 @@ class TableConfig:
     """Per-table overrides, keyed by '<schema>.<table>' of the source ('<database>.<schema>.<table>' for SQL
     Server, whose topics name all three)."""
 
+    # The Silver table's name; unset: `<schema>_<table>` (README "Several sources").
     name: str | None = None
     # Several source tables given one `name` merge into one Silver table (shards); each then needs a
     # discriminator, or all declare their keys unique across the merged tables.
     discriminator: DiscriminatorConfig | None = None
+    # The merged source tables' keys never collide, so no discriminator is needed.
     unique_keys: bool = False
+    # The Silver record key's columns; unset: the fields of the Debezium key schema.
     record_key: list[str] | None = None
     delete_mode: DeleteMode | None = None  # unset: lake.delete_mode
     table_type: TableType | None = None  # unset: lake.table_type
@@ -110,8 +133,11 @@ class TableConfig:
 class SourceCatalogConfig:
     """A read-only login to the source database's catalog (the connector's own login will do)."""
 
+    # JDBC URL of the source PostgreSQL database.
     jdbc_url: str
+    # A login that may read its catalog (the connector's will do).
     user: str
+    # The environment variable holding that login's password.
     password_env: str
 
     @property
@@ -124,6 +150,7 @@ class SourceConfig:
     """One Debezium connector's topics: `<topic_prefix>.<schema>.<table>` (SQL Server:
     `<topic_prefix>.<database>.<schema>.<table>`)."""
 
+    # The connector's `topic.prefix`: its topics are `<topic_prefix>.<schema>.<table>`.
     topic_prefix: str
     # Names the source in errors and logs; unset: the topic prefix.
     name: str | None = None
@@ -133,10 +160,12 @@ class SourceConfig:
     # Debezium envelopes, or events Debezium's unwrap SMT flattened (README "Unwrap-SMT events"); `auto` tells
     # them apart per writer schema. When set, the other kind is refused.
     events: Literal["auto", "envelope", "flattened"] = "auto"
+    # How the converter frames schema ids: `headers`, `id8`, `id4` (Confluent compatible) or `auto` (per record).
     framing: FramingMode = "id4"
     id_type: IdType = "contentId"  # the id a 0x00-prefixed framing carries; header framing names its own
     # The catalog database of this source's Silver tables; unset: lake.database.
     database: str | None = None
+    # Per-table settings, keyed `"<schema>.<table>"` (`tables."<schema>.<table>".*`).
     tables: dict[str, TableConfig] = field(default_factory=dict)
     # PostgreSQL: where the job reads which captured tables are partitions of a partitioned table (pg_inherits,
     # through pg_partition_root), so that every partition's topic lands in the partitioned table's one Silver
@@ -162,11 +191,17 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class LakeConfig:
+    # The catalog (Hive metastore / Glue) database of the Silver tables.
     database: str
+    # Where the Silver tables live: `s3a://...` or a local path.
     silver_path: str
+    # Where the Bronze copy of every Kafka record lives.
     bronze_path: str
+    # Where the streaming query's checkpoint and status.json live.
     checkpoint_path: str
+    # The Hudi table type of every table: `COPY_ON_WRITE` or `MERGE_ON_READ`.
     table_type: TableType = "COPY_ON_WRITE"
+    # `hard`: a delete removes the row; `soft`: the row stays, flagged.
     delete_mode: DeleteMode = "hard"
     # Merge-on-Read tables compact their log files inline once this many delta commits have piled up.
     compaction_delta_commits: int = 3
@@ -195,9 +230,13 @@ class LakeConfig:
 
 @dataclass(frozen=True)
 class MetastoreConfig:
+    # JDBC URL of the Hive metastore's database (local stack: PostgreSQL).
     jdbc_url: str
+    # The metastore database's user.
     user: str
+    # The environment variable holding its password.
     password_env: str = "METASTORE_PASSWORD"
+    # The metastore's warehouse folder (for tables created without a location).
     warehouse_path: str = "spark-warehouse"
 
     @property
@@ -207,8 +246,11 @@ class MetastoreConfig:
 
 @dataclass(frozen=True)
 class SparkConfig:
+    # The Spark master; unset: spark-submit's (EMR: YARN).
     master: str | None = None
+    # A folder whose jars join the session (the local stack's `.deps/spark`); unset on EMR.
     jars_dir: str | None = None
+    # Extra Spark settings, passed as they are.
     conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -221,7 +263,9 @@ class DeadLetterConfig:
     stops with an error naming the record, and so does every restart until the record is dealt with.
     """
 
+    # `dead_letter`: an unusable record goes to the dead-letter table; `fail_fast`: the batch stops, naming it.
     mode: Literal["dead_letter", "fail_fast"] = "dead_letter"
+    # The dead-letter table's name in `lake.database`.
     table: str = "cdc_dead_letters"
     # A schema id the registry answers 404 for is asked again (backing off) for this long after it was first
     # seen, since a registry replica can lag behind the one the producer registered with; then its records are
@@ -231,6 +275,7 @@ class DeadLetterConfig:
 
 @dataclass(frozen=True)
 class TriggerConfig:
+    # The micro-batch interval (a Spark duration, e.g. `30 seconds`).
     processing_time: str = "30 seconds"
 
 
@@ -239,16 +284,28 @@ class JobConfig:
     """The job. Its sources are either one `source` (with the top-level `tables`) or a list `sources`, each with
     its own `tables`; `source_list` holds them all either way."""
 
+    # The Kafka source (`kafka.*`).
     kafka: KafkaConfig
+    # The schema registry (`registry.*`).
     registry: RegistryConfig
+    # Where and how the tables are written (`lake.*`).
     lake: LakeConfig
+    # One connector's topics (`source.*`); or `sources`, not both.
     source: SourceConfig | None = None
+    # Several connectors' topics, a list of `source` mappings each with its own `tables`.
     sources: list[SourceConfig] = field(default_factory=list)
+    # The metastore database the job's session opens (`metastore.*`); unset: the session's own catalog (EMR: the
+    # cluster's Hive or Glue client). Hudi's meta sync writes to it either way.
     metastore: MetastoreConfig | None = None
+    # Session settings (`spark.*`).
     spark: SparkConfig = field(default_factory=SparkConfig)
+    # When micro-batches run (`trigger.*`).
     trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    # With `source`: per-table settings, keyed `"<schema>.<table>"`.
     tables: dict[str, TableConfig] = field(default_factory=dict)
+    # What happens to records the job cannot use (`dead_letters.*`).
     dead_letters: DeadLetterConfig = field(default_factory=DeadLetterConfig)
+    # The job's logging level (a top-level key).
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @property
