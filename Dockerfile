@@ -1,4 +1,4 @@
-# The job as a container image: spark-submit app/main.py with the project's jars (README "Running from the image").
+# The job as a container image: spark-submit app/main.py with the project's jars (docs/running.md "Running from the image").
 # Everything is installed by the project's own setup script (scripts/setup.sh, its runtime-only steps).
 #   podman build --build-arg BASE_IMAGE=... -t cdc-lakehouse .     (here: scripts/image.sh, on a debootstrap base)
 #   <run the image> --conf s3://bucket/job.yaml [--available-now]   (arguments go to app/main.py)

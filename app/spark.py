@@ -35,7 +35,7 @@ HUDI_CONF = {
     "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
 }
 
-# Settings the lake's correctness depends on, not tuning (README "Column types"):
+# Settings the lake's correctness depends on, not tuning (docs/type-mappings.md "Column types"):
 LAKE_CONF = {
     # A PostgreSQL array holding a NULL element fails a Hudi write with the old Avro list structure (insert:
     # "Array contains a null element", merge: parquet's ArrayIndexOutOfBoundsException). Set before a table's

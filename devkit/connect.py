@@ -195,7 +195,8 @@ def mariadb_connector_config(
     }
 
 
-# What the unwrap SMT must add for the job to order a connector's flattened events (README "Unwrap-SMT events").
+# What the unwrap SMT must add for the job to order a connector's flattened events (docs/sources.md
+# "Unwrap-SMT events").
 UNWRAP_POSITION_FIELDS: dict[str, str] = {
     "postgresql": "lsn",
     "mariadb": "file,pos,row",

@@ -7,7 +7,7 @@ Connect's own Decimal, Date, Time and Timestamp carry Avro logical types. Two st
   longs and bytes and every conversion happens here, once, in one place. Decimals of at most 38 digits keep
   theirs (spark-avro reads them into an exact Spark decimal).
 - `with_debezium_types` (after unwrap): each value column, and each element of an array column, becomes its
-  Spark type by the table in README "Column types". Value-changing edge cases are listed there per type; the
+  Spark type by the table in docs/type-mappings.md. Value-changing edge cases are listed there per type; the
   ones this module decides:
     * PostgreSQL `infinity`/`-infinity` dates and timestamps arrive as sentinel numbers (Debezium passes the
       JDBC driver's constants, or an overflowed day count). They become the largest/smallest Spark value,
@@ -40,7 +40,7 @@ Conversion = Callable[[Column], Column]
 JVM_VALUES: Final = "io.cdclake.CdcValues"  # jvm/src/main/java/io/cdclake/CdcValues.java
 SPARK_MAX_DECIMAL_DIGITS: Final = 38
 
-# PostgreSQL infinity, as Debezium 3.2 sends it (checked against the real connector, README "Column types").
+# PostgreSQL infinity, as Debezium 3.2 sends it (checked against the real connector, docs/type-mappings.md).
 DATE_INFINITY_DAYS: Final = (-622191234, -2147472692)  # snapshot, streaming
 DATE_MINUS_INFINITY_DAYS: Final = (-625821272, -2147472691)
 # PgJDBC's DATE_POSITIVE/NEGATIVE_INFINITY (9223372036825200000, -9223372036832400000) read as microseconds by

@@ -93,9 +93,10 @@ class RegistryConfig:
 
 @dataclass(frozen=True)
 class DiscriminatorConfig:
-    """What keeps apart the rows of several source tables merged into one Silver table (README "Partitioned and
-    sharded sources"). With `value`, the job adds `column` holding that constant to every row of this source
-    table; without, `column` is one of the table's own columns (a tenant id). Either way it joins the record key.
+    """What keeps apart the rows of several source tables merged into one Silver table (docs/sources.md
+    "Partitioned and sharded sources"). With `value`, the job adds `column` holding that constant to every row of
+    this source table; without, `column` is one of the table's own columns (a tenant id). Either way it joins the
+    record key.
     """
 
     # The discriminator column: one the job adds (with `value`) or one of the table's own.
@@ -109,7 +110,7 @@ class TableConfig:
     """Per-table overrides, keyed by '<schema>.<table>' of the source ('<database>.<schema>.<table>' for SQL
     Server, whose topics name all three)."""
 
-    # The Silver table's name; unset: `<schema>_<table>` (README "Several sources").
+    # The Silver table's name; unset: `<schema>_<table>` (docs/sources.md "Several sources").
     name: str | None = None
     # Several source tables given one `name` merge into one Silver table (shards); each then needs a
     # discriminator, or all declare their keys unique across the merged tables.
@@ -157,7 +158,7 @@ class SourceConfig:
     # The connector whose events these are; `auto` reads it off each writer schema's `source` record. When set,
     # an event of another connector is refused (its ordering would be read from the wrong fields).
     connector: ConnectorName = "auto"
-    # Debezium envelopes, or events Debezium's unwrap SMT flattened (README "Unwrap-SMT events"); `auto` tells
+    # Debezium envelopes, or events Debezium's unwrap SMT flattened (docs/sources.md "Unwrap-SMT events"); `auto` tells
     # them apart per writer schema. When set, the other kind is refused.
     events: Literal["auto", "envelope", "flattened"] = "auto"
     # How the converter frames schema ids: `headers`, `id8`, `id4` (Confluent compatible) or `auto` (per record).

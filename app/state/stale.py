@@ -84,8 +84,8 @@ def log_stale(stale: Mapping[str, str]) -> None:
     for name, reason in sorted(stale.items()):
         log.warning(
             "Silver table %s is fed by no topic this job subscribes to and stays as it is: %s. Its rows are not "
-            "in the table its topics feed now unless replayed there (README \"Partitioned and sharded sources\"); "
-            "drop it when it is not needed", name, reason,
+            "in the table its topics feed now unless replayed there (docs/sources.md \"Partitioned and sharded "
+            "sources\"); drop it when it is not needed", name, reason,
         )
 
 
@@ -96,5 +96,5 @@ def reroute_error(rerouted: list[Rerouted]) -> RerouteError:
         "offsets, and the tables would miss them: replay them, i.e. drop "
         f"{', '.join(sorted({r.old_table for r in rerouted}))} (catalog and folder), then start with a new "
         f"lake.checkpoint_path and --from-starting-offsets (kafka.starting_offsets: earliest, within Kafka's "
-        f"retention); or undo the config change (README \"Partitioned and sharded sources\")"
+        f"retention); or undo the config change (docs/sources.md \"Partitioned and sharded sources\")"
     )

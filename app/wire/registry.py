@@ -5,7 +5,7 @@ step asks this client for the Avro schema text behind that id. Three APIs serve 
 - v3 and v2: `GET /apis/registry/<v3|v2>/ids/<contentIds|globalIds>/<id>`, the raw schema text;
 - ccompat: `GET /apis/ccompat/v7/schemas/ids/<id>`, JSON `{"schema": <text>}`. The id is a contentId unless the
   registry runs in legacy-id mode (`apicurio.ccompat.legacy-id-mode.enabled=true`), where it is a globalId:
-  the client cannot tell, so a globalId lookup on ccompat relies on that mode (README "Registry").
+  the client cannot tell, so a globalId lookup on ccompat relies on that mode (docs/sources.md "Registry").
 A topic's latest value schema, by artifact name (`<topic>-value` in group `default`, the converters' topic-id
 strategy), serves the checks made at start (app/batch/planner.py `check_merges_at_start`):
 - v3: `GET /apis/registry/v3/groups/<group>/artifacts/<name>/versions/branch=latest/content`;

@@ -205,7 +205,7 @@ def test_emr_step_runs_the_deployed_package_and_jars_from_s3(
     assert any("query cdc-lakehouse finished" in line for line in lines), "\n".join(lines[-40:])
 
     silver = spark.read.format("hudi").load(f"{lake.replace('s3://', 's3a://', 1)}/silver/{DATABASE}/{SCHEMA}_items")
-    # Over 38 digits: the exact decimal text; bit(n): the text of its bits (README "Column types").
+    # Over 38 digits: the exact decimal text; bit(n): the text of its bits (docs/type-mappings.md "Column types").
     assert dict(silver.dtypes)["big"] == "string" and dict(silver.dtypes)["flags"] == "string", silver.dtypes
     actual = sorted(tuple(r) for r in silver.selectExpr(
         "id", "name", "cast(price as string)", "added", "big", "flags").collect())

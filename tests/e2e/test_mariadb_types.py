@@ -13,7 +13,7 @@ mode combination, into three Silver tables:
 After the snapshot (read over JDBC), and again after every row is rewritten by an UPDATE (read from the binlog,
 merged by Hudi through another writer than the insert), each Silver table is compared value by value with what
 MariaDB says the value is: the `expected` SQL per column and mode below, after the connector's documented loss
-where it has one (README "Column types").
+where it has one (docs/type-mappings.md "Column types").
 """
 from __future__ import annotations
 

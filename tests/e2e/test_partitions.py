@@ -1,7 +1,7 @@
 """A range-partitioned PostgreSQL table lands as one Silver table equal to it, in both publishing ways; two
 source databases with overlapping keys merge into one Silver table, kept apart by a discriminator.
 
-Partitioned table (README "Partitioned and sharded sources"), for each way the publication publishes it:
+Partitioned table (docs/sources.md "Partitioned and sharded sources"), for each way the publication publishes it:
 
     default  publish_via_partition_root = false: changes stream under each partition's topic; the parent's
              topic holds its snapshot only (every partition's rows, read a second time)

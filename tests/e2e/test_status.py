@@ -1,4 +1,5 @@
-"""The job's status and no silent drift, on the real stack (README "Partitioned and sharded sources", "Status").
+"""The job's status and no silent drift, on the real stack (docs/sources.md "Partitioned and sharded sources",
+docs/running.md "Status").
 
 A partitioned PostgreSQL table is first captured without `catalog`: each partition lands in a table of its own
 and the parent's table holds its snapshot only. The connector also writes its transaction metadata topic and a

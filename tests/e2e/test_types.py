@@ -86,7 +86,7 @@ create table {SCHEMA}.all_types (
 );
 """
 
-# Edge values. Left out on purpose, each a documented connector loss (README "Column types"): money beyond
+# Edge values. Left out on purpose, each a documented connector loss (docs/type-mappings.md): money beyond
 # 2^53 cents and money with trailing zeros in string mode (the snapshot reads money through a double),
 # timestamps before 1582 (the snapshot reads them in the Julian calendar), NaN/Infinity inside numeric[]
 # (the connector nulls the whole array), multi-dimensional arrays (the connector nulls their elements).
