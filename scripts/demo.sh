@@ -6,6 +6,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+case ${1:-} in -h|--help) sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 scripts/setup.sh
 scripts/stack.sh up
 export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine; idempotent, cheap when nothing changed.
 # usage: scripts/setup.sh [system] [jars] [python] [s3]     (no argument: all four)
-#   system  Debian packages: PostgreSQL 15 with PostGIS 3, MariaDB 10.11 server and client, a JDK 17, Maven, curl
+#   system  Debian packages: PostgreSQL 15 with PostGIS 3, MariaDB 10.11 server and client, a JDK 17, Maven, curl,
+#           python3-venv (Debian's own PostgreSQL and MariaDB services are stopped: the stack runs its own)
 #   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
 #           own JVM functions (the jvm step)
 #   python  the virtualenv .venv with setup.cfg's pinned packages and its test extra
@@ -40,6 +41,8 @@ system() {
   command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
   command -v mvn >/dev/null || missing+=(maven)
   command -v curl >/dev/null || missing+=(curl)
+  # Debian's python3 makes no virtualenv without python3-venv (its ensurepip).
+  python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
   if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || { echo "[setup] need root to apt-get install ${missing[*]}" >&2; exit 1; }
     log "apt-get install ${missing[*]}"

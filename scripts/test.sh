@@ -2,10 +2,19 @@
 # README command 2: the whole test suite on a fresh machine.
 # Installs what is missing, starts the local stack (unless it already runs), runs lint, type check and
 # pytest, and stops the stack it started, also when tests fail.
-# usage: [TEST_WORKERS=N] scripts/test.sh [pytest args...]       e.g.  scripts/test.sh -m "not slow"
+# usage: [TEST_WORKERS=N] scripts/test.sh [--no-stack] [pytest args...]   e.g.  scripts/test.sh -m "not slow"
+#   --no-stack  the pure tests only (-m "not stack"): no stack is started; installs the Spark jars and the Python env
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+case ${1:-} in
+  -h|--help) sed -n '2,6p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --no-stack)
+    shift
+    JAR_SETS=spark scripts/setup.sh jars python
+    export TZ=America/Los_Angeles
+    exec .venv/bin/pytest -n "${TEST_WORKERS:-2}" -m "not stack" "$@" ;;
+esac
 start=$SECONDS
 scripts/setup.sh
 echo "[test] ruff"; .venv/bin/ruff check app devkit scripts tests
