@@ -11,6 +11,9 @@ Steps (the local stack must be up: scripts/demo.sh starts it):
   5. a burst of inserts, updates, deletes and primary-key changes in both databases; run the job again;
   6. print per table the source count vs the Hudi count, and a time-travel query showing one MariaDB row
      before and after its update. Exits 1 on any mismatch.
+
+It prints a line per step and the result; the job's, Spark's and Hive's own logs go to the log file it names
+(default .stack/logs/demo.log). A failure prints the log's last error lines and its path.
 """
 from __future__ import annotations
 
@@ -47,6 +50,21 @@ from devkit.connect import (  # noqa: E402
 from scripts import tickit  # noqa: E402
 
 log = logging.getLogger("demo")
+LOG_FILE = ROOT / ".stack" / "logs" / "demo.log"
+ERROR_MARKS = ("ERROR", "Error", "Exception", "Traceback", "MISMATCH")
+
+
+def step(text: str) -> None:
+    """A progress line on the terminal (and in the log)."""
+    print(f"[demo] {text}", flush=True)
+    log.info("%s", text)
+
+
+def last_errors(path: Path, lines: int = 15) -> str:
+    """The log's last lines that look like an error, else its last lines."""
+    text = path.read_text(errors="replace").splitlines() if path.exists() else []
+    errors = [line for line in text if any(mark in line for mark in ERROR_MARKS)]
+    return "\n".join((errors or text)[-lines:])
 PG_CONNECTOR, MARIADB_CONNECTOR = "tickit", "tickit-ecomm"
 PG_SYSTEMS = ["crm", "ems"]
 MARIADB_SERVER_ID = 184054  # the connector's binlog client id: unique among the server's replicas
@@ -137,13 +155,22 @@ def wait_for_topics(config: JobConfig, expected: dict[str, int], timeout_s: floa
         time.sleep(1)
 
 
-def run_job(conf: Path) -> float:
-    """One available-now run of the job, the way a user submits it."""
+def run_job(conf: Path, log_file: Path) -> float:
+    """One available-now run of the job, the way a user submits it; its output appended to `log_file`."""
     started = time.monotonic()
     cmd = [str(ROOT / "scripts" / "submit.sh"), "--conf", str(conf), "--available-now"]
     log.info("running %s", " ".join(cmd))
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    with log_file.open("a") as out:
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=out, stderr=subprocess.STDOUT)
     return time.monotonic() - started
+
+
+def quiet_stderr(log_file: Path) -> None:
+    """This process's own stderr (Spark's JVM logs to it) to the log file from now on."""
+    sys.stderr.flush()
+    fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def report(config: JobConfig, placement: tickit.Placement) -> bool:
@@ -194,8 +221,23 @@ def main() -> int:
     parser.add_argument("--conf", default=str(ROOT / "conf" / "local.yaml"), help="job config (default: local)")
     parser.add_argument("--scale", type=float, default=1.0, help="TICKIT size factor (1.0: ~3,700 rows)")
     parser.add_argument("--burst", type=int, default=200, help="changes in the burst between the two runs")
+    parser.add_argument("--log", type=Path, default=LOG_FILE, help=f"where the logs go (default {LOG_FILE})")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    args.log.write_text("")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        filename=str(args.log))
+    print(f"[demo] logs: {args.log}", flush=True)
+    try:
+        return demo(args)
+    except Exception as e:  # every failure: one line, the log's last errors, the path
+        log.exception("demo failed")
+        print(f"[demo] FAILED: {type(e).__name__}: {e}\n[demo] last errors in {args.log}:\n"
+              f"{last_errors(args.log)}", flush=True)
+        return 1
+
+
+def demo(args: argparse.Namespace) -> int:
     os.environ.setdefault("METASTORE_PASSWORD", os.environ.get("PGPASSWORD", "postgres"))
     started = time.monotonic()
     conf = Path(args.conf)
@@ -209,9 +251,11 @@ def main() -> int:
     ):
         placement = tickit.Placement.reference(conn, maria)
         reset(config, connect, placement)
+        step("reset the demo's connectors, topics, tables and lake")
         tickit.create_schema(placement)
         loaded = tickit.load(placement, scale=args.scale)
         log.info("loaded TICKIT: %s", json.dumps(loaded))
+        step(f"loaded TICKIT: {sum(loaded.values())} rows in {len(loaded)} tables (PostgreSQL crm, ems; MariaDB ecomm)")
         source = PostgresSource("127.0.0.1", 5432, "postgres", password, "source")
         connect.create_fresh(PG_CONNECTOR, {
             **postgres_connector_config(PG_CONNECTOR, source, postgres.topic_prefix, PG_SYSTEMS, config.registry.url),
@@ -228,17 +272,24 @@ def main() -> int:
         connect.wait_running(PG_CONNECTOR)
         connect.wait_running(MARIADB_CONNECTOR)
         wait_for_topics(config, loaded)
-        log.info("snapshots in Kafka: %s records", sum(loaded.values()))
-        first_run = run_job(conf)
+        step(f"both Debezium connectors running; their snapshots in Kafka: {sum(loaded.values())} records")
+        step("job run 1 of 2 (the snapshots) ...")
+        first_run = run_job(conf, args.log)
+        step(f"job run 1 of 2 done in {first_run:.0f} s")
 
         before = topic_counts(config)
         changes = tickit.burst(placement, n=args.burst)
         log.info("burst: %s", json.dumps(changes))
+        step(f"burst: {sum(sum(c.values()) for c in changes.values())} changes (inserts, updates, deletes, key "
+             "changes) in both databases")
         # The unwrap SMT in rewrite mode: an insert, update or delete is one record, a primary-key change two
         # (a delete of the old key and a create of the new one).
         expected = {t: before[t] + c["insert"] + c["update"] + c["delete"] + 2 * c["rekey"] for t, c in changes.items()}
         wait_for_topics(config, expected)
-        second_run = run_job(conf)
+        step("job run 2 of 2 (the burst) ...")
+        second_run = run_job(conf, args.log)
+        step(f"job run 2 of 2 done in {second_run:.0f} s; reading the lake")
+        quiet_stderr(args.log)
         ok = report(config, placement)
     total = time.monotonic() - started
     print(f"\njob runs: {first_run:.0f}s (snapshot), {second_run:.0f}s (burst); demo total {total:.0f}s")
