@@ -30,6 +30,7 @@ from app.config import load_config
 from app.errors import ConfigError, PipelineError
 from app.hooks import Hooks
 from app.job import run
+from app.routing.route import check_routes, configured_topics
 
 log = logging.getLogger("app.main")
 
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None, hooks: Hooks | None = None) -> int:
         print(f"invalid config {args.conf}: {e}", file=sys.stderr)
         return 2
     if args.check_config:
+        try:  # the routes the config itself names; those of other topics are checked at start
+            check_routes(config, configured_topics(config))
+        except ConfigError as e:
+            print(f"invalid config {args.conf}: {e}", file=sys.stderr)
+            return 2
         sources = ", ".join(s.label for s in config.source_list)
         print(f"config {args.conf} is valid: sources {sources}; topics matching {config.kafka.topic_pattern}; "
               f"Silver in {config.lake.silver_path} (databases {', '.join(config.databases)})")

@@ -94,6 +94,13 @@ def test_check_config_names_each_kind_of_mistake_and_exits_2(tmp_path: Path) -> 
         (lambda raw: raw["lake"].update(table_writers=0), "lake.table_writers"),  # out of range
         (lambda raw: raw["sources"][0].update(snapshot_new_columns="sometimes"), "sources[0].snapshot_new_columns"),
         (lambda raw: raw["metastore"].update(password_env="CDC_NO_SUCH_VARIABLE"), "metastore.password_env"),  # secret
+        # Two configured source tables given one Silver name, neither a declared shard.
+        (lambda raw: raw["sources"][0].update(tables={"crm.a": {"name": "t"}, "crm.b": {"name": "t"}}),
+         "sources[0].tables.crm.b.discriminator"),
+        # Two configured source tables the naming rule maps to one Silver table (a_b_c): known before Kafka is read.
+        (lambda raw: raw["sources"][0].update(tables={"a_b.c": {"record_key": ["id"]},
+                                                      "a.b_c": {"record_key": ["id"]}}),
+         'sources[0].tables."a_b.c".name'),
     ]
     for change, key in mistakes:
         out = _check(broken(change))

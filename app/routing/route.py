@@ -176,6 +176,12 @@ def check_routes(config: JobConfig, topics: Iterable[str], roots: PartitionRoots
     return routes
 
 
+def configured_topics(config: JobConfig) -> list[str]:
+    """The topics the config's per-table settings name (`<topic_prefix>.<key>` per source): the ones whose routes
+    can be checked before Kafka is read (`app/main.py --check-config`)."""
+    return [f"{source.topic_prefix}.{key}" for source in config.source_list for key in source.tables]
+
+
 def collision(first: TableRoute, second: TableRoute, config: JobConfig) -> tuple[str, str]:
     """The config key to set and the message, for two routes to one Silver table."""
     key = config.table_setting_key(second.source, second.source_key, "name")
