@@ -484,5 +484,6 @@ case "${1:-}" in
   down) shift; cmd_down "$@" ;;
   reset) cmd_reset ;;
   status) cmd_status ;;
+  -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

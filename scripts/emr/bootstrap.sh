@@ -9,6 +9,7 @@
 #
 # usage (create-cluster): --bootstrap-actions Path=<s3-root>/bootstrap.sh,Args=[<s3-root>/requirements.txt]
 set -euo pipefail
+case ${1:-} in -h|--help) sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 REQUIREMENTS=${1:?usage: bootstrap.sh s3://<bucket>/<prefix>/requirements.txt}
 VENV=/opt/cdc-lakehouse/python
 
