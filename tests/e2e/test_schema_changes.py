@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 PREFIX = f"sc{RUN_ID}"
 DATABASE = f"sc_{RUN_ID}"
-TIMEOUT_S = 120
+TIMEOUT_S = 240  # a phase with an incremental snapshot takes a few batches; on a loaded machine a batch took 60 s
 
 
 @dataclasses.dataclass(frozen=True)
