@@ -228,6 +228,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         filename=str(args.log))
     print(f"[demo] logs: {args.log}", flush=True)
+    quiet_stderr(args.log)
     try:
         return demo(args)
     except Exception as e:  # every failure: one line, the log's last errors, the path
@@ -289,7 +290,6 @@ def demo(args: argparse.Namespace) -> int:
         step("job run 2 of 2 (the burst) ...")
         second_run = run_job(conf, args.log)
         step(f"job run 2 of 2 done in {second_run:.0f} s; reading the lake")
-        quiet_stderr(args.log)
         ok = report(config, placement)
     total = time.monotonic() - started
     print(f"\njob runs: {first_run:.0f}s (snapshot), {second_run:.0f}s (burst); demo total {total:.0f}s")

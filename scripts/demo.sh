@@ -7,8 +7,18 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 case ${1:-} in -h|--help) sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-scripts/setup.sh
-scripts/stack.sh up
+# Set-up's and the stack's own output go to a log file; the terminal gets a line per step (and the log's tail on
+# a failure).
+log=.stack/logs/demo-setup.log
+mkdir -p .stack/logs
+step() {
+  echo "[demo] $1 (log: $log) ..."
+  shift
+  "$@" >>"$log" 2>&1 || { tail -n 20 "$log"; echo "[demo] FAILED: $*; see $log"; exit 1; }
+}
+: >"$log"
+step "installing what is missing" scripts/setup.sh
+step "starting the local stack" scripts/stack.sh up
 export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
 # The stack's S3 server takes any key; these only apply when no AWS credentials are set.
 export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}
