@@ -25,6 +25,8 @@ from app.config import load_config  # noqa: E402 - after the path above, for a r
 from app.errors import ConfigError  # noqa: E402
 from app.spark import build_session  # noqa: E402
 
+LOCAL_LOGINS = {"METASTORE_PASSWORD": "postgres", "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=20, help="rows shown per result (default 20)")
     args = parser.parse_args(argv)
 
-    if "METASTORE_PASSWORD" not in os.environ and args.conf.endswith("conf/local.yaml"):
-        os.environ["METASTORE_PASSWORD"] = "postgres"  # the local stack's
+    if args.conf.endswith("conf/local.yaml"):  # the local stack's logins, unless set
+        os.environ.update({**LOCAL_LOGINS, **os.environ})
     try:
         config = load_config(args.conf)
     except ConfigError as e:
