@@ -8,8 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+import app.main as app_main
+from app.errors import ConfigError
 from tests.conftest import LOCAL_CONF, ROOT
 
 
@@ -105,3 +108,14 @@ def test_check_config_names_each_kind_of_mistake_and_exits_2(tmp_path: Path) -> 
     for change, key in mistakes:
         out = _check(broken(change))
         assert out.returncode == 2 and key in out.stderr, (key, out.stdout, out.stderr)
+
+
+def test_a_config_error_found_once_the_topics_are_known_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two subscribed topics mapping to one table are known only after Spark started and Kafka was listed
+    # (app/job.py); that is still a config error: exit 2, naming the key, like one found before Spark.
+    def collide(*_: Any, **__: Any) -> None:
+        raise ConfigError('sources[0].tables."a_b.c".name', "topics 'p.a.b_c' and 'p.a_b.c' both map to p.a_b_c")
+
+    monkeypatch.setenv("METASTORE_PASSWORD", "x")
+    monkeypatch.setattr(app_main, "run", collide)
+    assert app_main.main(["--conf", str(LOCAL_CONF)]) == 2
