@@ -22,10 +22,14 @@ class ConfigError(PipelineError):
 class RegistryError(PipelineError):
     """A schema could not be fetched from the registry."""
 
-    def __init__(self, schema_id: int | str, url: str, message: str, http_status: int | None = None) -> None:
+    def __init__(
+        self, schema_id: int | str, url: str, message: str, http_status: int | None = None, *, unreachable: bool = False
+    ) -> None:
         self.schema_id = schema_id  # an id, or an artifact's name (its latest version)
         self.url = url
         self.http_status = http_status
+        # The registry could not be reached or answered 429/5xx through every retry: an outage, never a bad record.
+        self.unreachable = unreachable
         status = f" (HTTP {http_status})" if http_status is not None else ""
         what = f"schema id {schema_id}" if isinstance(schema_id, int) else f"schema {schema_id!r}"
         super().__init__(f"{what} at {url}{status}: {message}")
@@ -90,6 +94,11 @@ class ResumeError(PipelineError):
 
 class RerouteError(PipelineError):
     """A topic now feeds another Silver table than the one that applied its offsets so far (app/state/status.py)."""
+
+
+class OutageError(PipelineError):
+    """An outage (broker, registry, object store, metastore) lasted past `recovery.give_up_after_s`
+    (app/recovery.py); names what the job waited for and its last error."""
 
 
 class InternalError(RuntimeError):

@@ -5,6 +5,7 @@ app/main.py is the command line around `run`.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
@@ -14,14 +15,16 @@ from pyspark.sql.streaming import StreamingQuery
 import app
 from app.batch.processor import BatchProcessor
 from app.config import JobConfig
-from app.errors import PipelineError
+from app.errors import PipelineError, java_root_cause
 from app.hooks import Hooks
+from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, check_routes, skip_reason
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
+from app.state.preflight import check_services
 from app.state.resume import kafka_partitions, resume_offsets
 from app.state.stale import log_stale, reroute_error, stale_tables
-from app.state.status import load_status, why, write_status
+from app.state.status import Heartbeat, load_status, why, write_status
 from app.wire.registry import RegistryClient
 from app.wire.source import read_kafka
 
@@ -43,7 +46,8 @@ def start_query(
     status (app/state/status.py) is written first: routes, skipped topics, stale tables; then after every batch.
 
     Raises:
-        ConfigError: two of the subscribed topics map to one Silver table (app/routing/route.py).
+        ConfigError: a service's setting is wrong (app/state/preflight.py), or two of the subscribed topics map to
+            one Silver table (app/routing/route.py).
         EnvelopeError: topics merged into one table disagree on a column's type (their latest schemas).
         RerouteError: a topic feeds another table now than the one that applied its offsets (app/state/status.py).
         ResumeError: the checkpoint is missing and the tables record no offsets.
@@ -69,9 +73,10 @@ def start_query(
 
 
 def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcessor, conf_file: str) -> None:
-    """The checks before the first batch (start_query's Raises), and the status they leave, written whatever
-    their outcome; from here on the processor writes it after every batch."""
-    partitions = kafka_partitions(spark, config)
+    """The checks before the first batch (start_query's Raises; the services' own: app/state/preflight.py), and
+    the status they leave, written whatever their outcome; from here on the processor writes it after every
+    batch."""
+    partitions = check_services(spark, config, processor.planner.registry, lambda: kafka_partitions(spark, config))
     routes = check_routes(config, partitions, all_partition_roots(spark, config))
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
              ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
@@ -115,14 +120,93 @@ def run(
     config: JobConfig, conf_file: str, *, available_now: bool = False, from_starting_offsets: bool = False,
     hooks: Hooks | None = None,
 ) -> None:
-    """Build the session, start the query and block until it ends (available-now) or fails. `hooks`: tools'
-    seams into each batch (app/hooks.py); the shipped job runs without."""
+    """Build the session, start the query and block until it ends (available-now) or fails. A failure an outage
+    explains (app/recovery.py) starts the query again from its checkpoint after a wait, until the outage has lasted
+    `recovery.give_up_after_s`. `hooks`: tools' seams into each batch (app/hooks.py); the shipped job runs without.
+
+    Raises:
+        OutageError: an outage lasted past `recovery.give_up_after_s`.
+        PipelineError: any other failure of the job's own (start_query's, a batch's typed error).
+    """
     # Which code and config this run has (a packaged run: the zip spark-submit fetched from --py-files).
     log.info("job code %s, config %s", Path(app.__file__).parent, conf_file)
     spark = build_session("cdc-lakehouse", config.spark, config.metastore)
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
-    query = start_query(
-        spark, config, processor, available_now, conf_file=conf_file, from_starting_offsets=from_starting_offsets
-    )
-    await_query(query, processor)
+    recovery = Recovery(config.recovery)
+    watch = QueryWatch(processor)
+    heartbeat = Heartbeat(config.recovery.heartbeat_s, lambda: watch.beat(spark))
+    heartbeat.start()
+    try:
+        while True:
+            try:
+                query = watch.query = start_query(spark, config, processor, available_now, conf_file=conf_file,
+                                                  from_starting_offsets=from_starting_offsets)
+                await_query(query, processor)
+                return
+            except Exception as e:
+                service = outage_of(e)
+                if service is None:
+                    raise
+                wait = recovery.wait_for(service, e, processor.batches_done)
+                log.warning("OUTAGE: cannot reach %s (%s); the query starts again from its checkpoint in %.0f s "
+                            "(attempt %d, outage lasting %.0f s, giving up after %s)", service, _brief(e),
+                            wait.seconds, wait.attempt, wait.lasted_s, _give_up(config))
+                with processor.status_lock:
+                    processor.status.record_outage(service, _brief(e), wait.attempt, wait.lasted_s, wait.seconds)
+                processor.save_status(spark)
+                time.sleep(wait.seconds)
+    finally:
+        heartbeat.stop()
+
+
+class QueryWatch:
+    """The heartbeat's look at the query (app/state/status.py `Heartbeat`): a log line on a batch running longer
+    than a beat, and on a trigger stuck in Spark's own work between batches (Kafka offsets, the checkpoint's
+    files) for as long; then status.json with the beat's time. The clients' own retries (s3a's, Kafka's, Hive's) can
+    hold either through a short outage without another word."""
+
+    def __init__(self, processor: BatchProcessor) -> None:
+        self.processor = processor
+        self.query: StreamingQuery | None = None
+        self._between: tuple[str, float] | None = None  # the trigger's message between batches, since when
+
+    def beat(self, spark: SparkSession) -> None:
+        processor, interval = self.processor, self.processor.config.recovery.heartbeat_s
+        progress = processor.progress()
+        if progress is not None and processor.running is not None:
+            self._between = None
+            if time.monotonic() - processor.running[1] >= interval:
+                log.info("%s", progress)
+        elif (stuck := self._stuck_between_batches(interval)) is not None:
+            log.info("%s", stuck)
+        processor.save_status(spark)
+
+    def _stuck_between_batches(self, interval: float) -> str | None:
+        query = self.query
+        if query is None or not query.isActive:
+            return None
+        status = query.status
+        if not status.get("isTriggerActive"):
+            self._between = None
+            return None
+        message = str(status.get("message", ""))
+        if self._between is None or self._between[0] != message:
+            self._between = (message, time.monotonic())
+            return None
+        waited = time.monotonic() - self._between[1]
+        return f"the query has been at {message!r} for {waited:.0f} s, between batches" if waited >= interval else None
+
+
+def _brief(error: BaseException) -> str:
+    """The error's first line; a py4j error's names only the call, so the JVM error behind it follows."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    if getattr(error, "java_exception", None) is not None:
+        first = f"{first} {java_root_cause(error)}"
+    return first[:500]
+
+
+def _give_up(config: JobConfig) -> str:
+    seconds = config.recovery.give_up_after_s
+    return f"{seconds:g} s (recovery.give_up_after_s)" if seconds else "never (recovery.give_up_after_s: 0)"

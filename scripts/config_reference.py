@@ -47,6 +47,7 @@ SECTIONS: list[tuple[str, str, type[Any]]] = [
     ("Spark", "spark.", model.SparkConfig),
     ("Trigger", "trigger.", model.TriggerConfig),
     ("Dead letters", "dead_letters.", model.DeadLetterConfig),
+    ("Recovery from outages", "recovery.", model.RecoveryConfig),
 ]
 
 HEADER = """# Configuration reference

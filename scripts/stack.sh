@@ -26,7 +26,8 @@
 #
 # State, logs and pid files live under $STACK_DIR (default .stack/ in the repository, git-ignored).
 # Ports: PG_PORT MARIADB_PORT KAFKA_PORT CONTROLLER_PORT REGISTRY_PORT CONNECT_PORT S3_PORT SPARK_MASTER_PORT
-# SPARK_UI_PORT (defaults 5432 3306 9092 9093 8080 8083 9000 7077 8090), so a second stack can run beside the first
+# SPARK_UI_PORT KAFKA_PROXIED_LISTENER_PORT KAFKA_PROXIED_PORT (defaults 5432 3306 9092 9093 8080 8083 9000 7077 8090
+# 9094 19094), so a second stack can run beside the first
 # with its own STACK_DIR. The Spark workers' RPC and web UI ports are free ones (the master's /json lists them).
 set -euo pipefail
 
@@ -40,6 +41,10 @@ PG_PORT=${PG_PORT:-5432}
 MARIADB_PORT=${MARIADB_PORT:-3306}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 CONTROLLER_PORT=${CONTROLLER_PORT:-9093}
+# A second listener of the broker that advertises a proxy's port: clients that bootstrap through a proxy on
+# KAFKA_PROXIED_PORT keep going through it (the outage tests cut one job off the broker, tests/e2e/test_outages.py).
+KAFKA_PROXIED_LISTENER_PORT=${KAFKA_PROXIED_LISTENER_PORT:-9094}
+KAFKA_PROXIED_PORT=${KAFKA_PROXIED_PORT:-19094}
 REGISTRY_PORT=${REGISTRY_PORT:-8080}
 CONNECT_PORT=${CONNECT_PORT:-8083}
 S3_PORT=${S3_PORT:-9000}
@@ -202,10 +207,10 @@ start_kafka() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_LISTENER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/data
 num.partitions=1
@@ -468,7 +473,7 @@ cmd_status() {
     case $name in
       postgres) ep="postgresql://$PG_USER@127.0.0.1:$PG_PORT/{source,registry,metastore}" ;;
       mariadb)  ep="mysql://127.0.0.1:$MARIADB_PORT/source (root/$MARIADB_ROOT_PASSWORD, $MARIADB_CDC_USER/$MARIADB_CDC_PASSWORD)" ;;
-      kafka)    ep="127.0.0.1:$KAFKA_PORT (controller $CONTROLLER_PORT)" ;;
+      kafka)    ep="127.0.0.1:$KAFKA_PORT (controller $CONTROLLER_PORT, proxied $KAFKA_PROXIED_LISTENER_PORT)" ;;
       registry) ep="http://127.0.0.1:$REGISTRY_PORT/apis/registry/v3" ;;
       connect)  ep="http://127.0.0.1:$CONNECT_PORT" ;;
       s3)       ep="http://127.0.0.1:$S3_PORT (s3a://$S3_BUCKET/, in memory)" ;;

@@ -10,8 +10,12 @@ AWS_ENDPOINT_URL or else the config's `spark.hadoop.fs.s3a.endpoint`). No Spark 
     python scripts/status.py --conf conf/local.yaml          # a summary
     python scripts/status.py --conf conf/prod.yaml --json    # the document as the job wrote it
 
-Exit status: 0, or 1 when the job recorded a failure (so a cron check can alert), or 2 when there is no status
-or config to read.
+    python scripts/status.py --conf conf/prod.yaml --max-age 5m   # also 3 when the heartbeat is older than that
+
+Exit status: 0, or 1 when the job recorded a failure (so a cron check can alert), 3 when `--max-age` is given and
+the status's heartbeat (rewritten every `recovery.heartbeat_s`, 60 s by default, while the job lives, also when no
+batch runs and during an outage) is older: the job died without a word (SIGKILL, out of memory, a lost node); or 2
+when there is no status or config to read.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,7 @@ from app.config import load_config
 from app.errors import ConfigError
 from app.state.status import read_status, status_path
 
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600}
 FIGURES = ("rows_in", "upserts", "deletes", "skipped", "superseded", "blocked", "unresolved", "replayed")
 
 
@@ -39,6 +45,11 @@ def summary(status: dict[str, Any], location: str) -> str:
         lines.append(f"  last batch {last['batch_id']} at {last['at']} ({last['duration_s']} s): "
                      f"{len(last['tables'])} tables, {len(last['skipped_topics'])} topics skipped")
     lines.append(f"  failure: {status['failure'] or 'none'}")
+    lines.append(f"  heartbeat: {status.get('heartbeat_at') or 'none yet'}")
+    outage = status.get("outage")
+    if outage:
+        lines.append(f"  OUTAGE: waiting for {outage['service']} since {outage['since']} (attempt {outage['attempt']}, "
+                     f"next at {outage['next_attempt_at']}): {outage['error']}")
     lines.append("tables (each at its latest batch):")
     for name, t in sorted(status["tables"].items()):
         figures = " ".join(f"{k}={t[k]}" for k in FIGURES)
@@ -71,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", required=True, help="the job's YAML config (a path or an s3:// URI)")
     parser.add_argument("--json", action="store_true", help="print the status document itself")
+    parser.add_argument("--max-age", type=parse_age, metavar="AGE",
+                        help="exit 3 when the heartbeat is older than AGE (e.g. 300s, 5m, 1h; a number is seconds)")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.conf)
@@ -87,7 +100,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no status at {location}: the job has not started with this checkpoint", file=sys.stderr)
         return 2
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else summary(status, location))
+    if args.max_age is not None:
+        age = heartbeat_age(status)
+        if age is None or age > args.max_age:
+            seen = "no heartbeat" if age is None else f"the heartbeat is {age:.0f} s old"
+            print(f"STALE: {seen} (--max-age {args.max_age:g} s): the job is not running", file=sys.stderr)
+            return 3
     return 1 if status.get("failure") else 0
+
+
+def parse_age(text: str) -> float:
+    """`300`, `300s`, `5m`, `1h` -> seconds."""
+    text = text.strip()
+    unit = AGE_UNITS.get(text[-1:], None)
+    try:
+        return float(text[:-1] if unit else text) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an age such as 300s, 5m or 1h, got {text!r}") from None
+
+
+def heartbeat_age(status: dict[str, Any], now: datetime | None = None) -> float | None:
+    """Seconds since the status's heartbeat (its start time when an older job wrote it); None when it has none."""
+    at = status.get("heartbeat_at") or status.get("started_at")
+    if not at:
+        return None
+    return ((now or datetime.now(UTC)) - datetime.fromisoformat(at)).total_seconds()
 
 
 if __name__ == "__main__":

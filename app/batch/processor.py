@@ -36,7 +36,7 @@ from app.hooks import Hooks
 from app.sink.bronze import write_bronze
 from app.sink.quarantine import Quarantine
 from app.state.stats import TableBatchStats
-from app.state.status import JobStatus, write_status
+from app.state.status import JobStatus, now, write_status
 from app.wire.registry import RegistryClient
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,11 @@ class BatchProcessor:
         # The latest batches this processor wrote (a bounded window: a stream runs for months).
         self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
         self.failure: PipelineError | None = None  # the latest batch's typed error, re-raised by app/job.py
+        self.batches_done = 0  # batches this process completed, empty ones included (app/recovery.py: progress)
+        self.running: tuple[int, float, Step] | None = None  # the batch under way: id, start, its step
+        self.units: TableUnits | None = None  # its tables' units, once they run
         self.status = JobStatus()  # app/state/status.py; written after every batch when `write_status` is on
+        self.status_lock = threading.RLock()
         self.write_status = False
         self.databases: set[str] = set()  # catalog databases known to exist
         # The latest batch's phases in seconds: plan (summary aggregate, registry, decode plan), bronze, tables.
@@ -85,6 +89,7 @@ class BatchProcessor:
         raw_df = batch_df.persist()
         step = Step(batch_id)
         self.phases = {}
+        self.running = (batch_id, started, step)
         try:
             plan = self.planner.plan(raw_df)
             self.phases["plan"] = time.monotonic() - started
@@ -93,14 +98,28 @@ class BatchProcessor:
                 self._done(spark, plan, batch_id, time.monotonic() - started)
             else:
                 log.info("batch=%s empty", batch_id)
+            self.batches_done += 1
         except Exception as e:
             log.error("%s failed: %s: %s", step, type(e).__name__, e)
             self.failure = e if isinstance(e, PipelineError) else None
-            self.status.record_failure(e, batch_id, step.table, step.name)
-            self._save_status(spark)
+            with self.status_lock:
+                self.status.record_failure(e, batch_id, step.table, step.name)
+            self.save_status(spark)
             raise
         finally:
+            self.running, self.units = None, None
             raw_df.unpersist()
+
+    def progress(self) -> str | None:
+        """Where a batch running for a while is, for the heartbeat's log line (an outage that the file system's
+        own retries ride out is silent otherwise); None between batches."""
+        running, units = self.running, self.units
+        if running is None:
+            return None
+        batch_id, started, step = running
+        tables = ", ".join(f"{t} ({s.name})" for t, s in sorted(units.active.items())) if units else ""
+        return (f"batch={batch_id} still running after {time.monotonic() - started:.0f} s: step {step.name}"
+                + (f"; tables in progress: {tables}" if tables else ""))
 
     def _write(self, raw_df: DataFrame, plan: BatchPlan, step: Step, query_id: str) -> None:
         """Bronze, then each table's unit; `step` says where the batch is."""
@@ -125,7 +144,7 @@ class BatchProcessor:
         """Each table's unit (app/batch/writer.py), `lake.table_writers` at a time (`TableUnits`). A failure is
         raised once the units under way have ended (each commits or not on its own), `step` naming its table and
         the step it stopped in."""
-        units = TableUnits(plan, step.batch_id, query_id, self.writer, self.hooks)
+        units = self.units = TableUnits(plan, step.batch_id, query_id, self.writer, self.hooks)
         writers = min(self.config.lake.table_writers, len(plan.tables))
         if writers <= 1:
             units.write()
@@ -179,12 +198,17 @@ class BatchProcessor:
         self.status.quarantined = {t: {"reason": e.reason, "batch_id": e.batch_id, "at": e.at}
                                    for t, e in quarantined.items()}
         skipped = {topic: (s.reason, s.records) for topic, s in plan.skipped.items()}
-        self.status.record_batch(batch_id, stats, skipped, duration_s)
-        self._save_status(spark)
+        with self.status_lock:
+            self.status.record_batch(batch_id, stats, skipped, duration_s)
+        self.save_status(spark)
 
-    def _save_status(self, spark: SparkSession) -> None:
+    def save_status(self, spark: SparkSession) -> None:
+        """Rewrite status.json (when `write_status` is on) with a new heartbeat time; the batch's thread and the
+        heartbeat's (app/state/status.py `Heartbeat`) take turns."""
         if self.write_status:
-            write_status(spark, self.config, self.status)
+            with self.status_lock:
+                self.status.heartbeat_at = now()
+                write_status(spark, self.config, self.status)
 
 
 class TableUnits:
@@ -196,6 +220,7 @@ class TableUnits:
         self.names = plan.table_names
         self.waiting = deque(plan.tables)
         self.done: list[str] = []
+        self.active: dict[str, Step] = {}  # the units under way, by table (the heartbeat's progress line)
         self.failures: list[tuple[Exception, Step]] = []  # the first one is the batch's
         self.lock = threading.Lock()
 
@@ -205,12 +230,15 @@ class TableUnits:
             spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         while (table_plan := self._next()) is not None:
             step = Step(self.batch_id, table_plan.route.qualified_name)
+            self.active[table_plan.route.qualified_name] = step
             try:
                 self.writer.write(table_plan, self.batch_id, self.query_id, step)
             except Exception as e:
                 with self.lock:
                     self.failures.append((e, step))
                 return
+            finally:
+                self.active.pop(table_plan.route.qualified_name, None)
             with self.lock:
                 self.done.append(table_plan.route.qualified_name)
                 committed, remaining = list(self.done), [n for n in self.names if n not in self.done]

@@ -16,6 +16,7 @@ from app.config.model import (
     KafkaConfig,
     LakeConfig,
     MetastoreConfig,
+    RecoveryConfig,
     RegistryAuthConfig,
     RegistryConfig,
     SourceCatalogConfig,
@@ -29,7 +30,7 @@ from app.config.partitions import PartitionSpec
 
 __all__ = [
     "AUTH_FIELDS", "ConnectorName", "DeadLetterConfig", "DeleteMode", "DiscriminatorConfig", "FramingMode", "IdType",
-    "JobConfig", "KafkaConfig", "LakeConfig", "MetastoreConfig", "PartitionSpec", "RegistryAuthConfig",
-    "RegistryConfig", "SourceCatalogConfig", "SourceConfig", "SparkConfig", "TableConfig", "TableType", "TriggerConfig",
-    "load_config", "parse_config", "read_config_text",
+    "JobConfig", "KafkaConfig", "LakeConfig", "MetastoreConfig", "PartitionSpec", "RecoveryConfig",
+    "RegistryAuthConfig", "RegistryConfig", "SourceCatalogConfig", "SourceConfig", "SparkConfig", "TableConfig",
+    "TableType", "TriggerConfig", "load_config", "parse_config", "read_config_text",
 ]

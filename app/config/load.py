@@ -188,6 +188,19 @@ def _check_semantics(config: JobConfig) -> None:
         raise ConfigError("dead_letters.table", f"not a valid table name: {config.dead_letters.table!r}")
     if config.dead_letters.unknown_schema_grace_s < 0:
         raise ConfigError("dead_letters.unknown_schema_grace_s", "must be >= 0")
+    _check_recovery(config)
+
+
+def _check_recovery(config: JobConfig) -> None:
+    recovery = config.recovery
+    if recovery.backoff_s <= 0:
+        raise ConfigError("recovery.backoff_s", "must be > 0")
+    if recovery.max_backoff_s < recovery.backoff_s:
+        raise ConfigError("recovery.max_backoff_s", f"must be >= recovery.backoff_s ({recovery.backoff_s})")
+    if recovery.give_up_after_s < 0:
+        raise ConfigError("recovery.give_up_after_s", "must be >= 0 (0: never give up)")
+    if recovery.heartbeat_s <= 0:
+        raise ConfigError("recovery.heartbeat_s", "must be > 0")
 
 
 def _check_registry(config: JobConfig) -> None:

@@ -281,6 +281,23 @@ class TriggerConfig:
 
 
 @dataclass(frozen=True)
+class RecoveryConfig:
+    """How the job rides out an outage of the broker, the registry, the object store or the metastore: the query
+    stops, and the job starts it again from its checkpoint after a wait, doubled each time (app/recovery.py)."""
+
+    # The first wait, in seconds, before the query is started again after a failure that an outage explains.
+    backoff_s: float = 5.0
+    # The longest wait between two attempts, in seconds.
+    max_backoff_s: float = 120.0
+    # The job gives up (exit 1, naming what it waited for) once an outage has lasted this many seconds without a
+    # batch completing; 0: it never gives up.
+    give_up_after_s: float = 1800.0
+    # status.json's `heartbeat_at` is rewritten this often (seconds), also while no batch runs and during an outage,
+    # so `scripts/status.py --max-age` tells a job that died from an idle one.
+    heartbeat_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """The job. Its sources are either one `source` (with the top-level `tables`) or a list `sources`, each with
     its own `tables`; `source_list` holds them all either way."""
@@ -306,6 +323,8 @@ class JobConfig:
     tables: dict[str, TableConfig] = field(default_factory=dict)
     # What happens to records the job cannot use (`dead_letters.*`).
     dead_letters: DeadLetterConfig = field(default_factory=DeadLetterConfig)
+    # How outages are ridden out (`recovery.*`).
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     # The job's logging level (a top-level key).
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from app.config import JobConfig
 from app.errors import EnvelopeError, SourceSettingError
+from app.recovery import unreachable
 from app.sink.lakefs import list_files, read_text, write_text
 
 log = logging.getLogger(__name__)
@@ -41,15 +42,6 @@ QUARANTINING: Final = (
     "MISSING_UNION_BRANCH",
     "org.apache.hudi.exception.HoodieNullSchemaTypeException",
 )
-# Errors of an outage that passes: object-store throttling or unavailability, connection and metastore timeouts.
-TRANSIENT: Final = (
-    "Status Code: 503", "StatusCode: 503", "HTTP 503", "Service Unavailable", "SlowDown", "Throttl",
-    "java.net.SocketTimeoutException",
-    "java.net.ConnectException", "Connection refused", "Connection reset", "Read timed out",
-    "org.apache.thrift.transport.TTransportException", "Unable to execute HTTP request", "NoHttpResponseException",
-    "ConnectTimeoutException", "ConnectionPoolTimeoutException",
-)
-
 FailureKind = Literal["transient", "quarantine", "other"]
 
 
@@ -59,7 +51,7 @@ def failure_kind(error: BaseException) -> FailureKind:
     Transient wins over quarantining when a text holds both: an outage must never quarantine a table.
     """
     text = _chain_text(error)
-    if any(marker in text for marker in TRANSIENT):
+    if unreachable(text):  # app/recovery.py: the words of an outage
         return "transient"
     refused = isinstance(error, EnvelopeError) and not isinstance(error, SourceSettingError)
     if refused or any(marker in text for marker in QUARANTINING):

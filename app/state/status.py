@@ -15,7 +15,12 @@ It says what the log says, in one place:
   source until a replay or a re-snapshot (docs/when-things-go-wrong.md "Dead letters");
 - `quarantined`: the tables whose records all go to the dead letters (app/sink/quarantine.py), why and since when;
 - `last_batch` and `failure`: the latest batch's id, time, duration and tables, and the error that stopped the
-  job, if one did.
+  job, if one did;
+- `outage`: while the job waits for a service out of reach (app/recovery.py), which one, since when, the attempt
+  and the last error; cleared by the next batch;
+- `heartbeat_at`: rewritten every `recovery.heartbeat_s` by a timer (`Heartbeat`), also while no batch runs and
+  during an outage, so `scripts/status.py --max-age` tells a job that died without a word (SIGKILL, out of memory,
+  a lost node) from one that is idle.
 
 The status is informative: nothing decides on it, and failing to write it logs a warning and never fails a batch.
 """
@@ -24,9 +29,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -82,6 +88,9 @@ class JobStatus:
     failure: str | None = None
     # Where the failure happened: {"batch_id", "table", "step", "error"} (None at start or when a batch passed).
     failed_at: dict[str, Any] | None = None
+    # While the job waits out an outage: {"service", "since", "attempt", "error", "next_attempt_at"}.
+    outage: dict[str, Any] | None = None
+    heartbeat_at: str | None = None
 
     def set_routes(self, routes: Iterable[TableRoute]) -> None:
         self.routes = {r.topic: {"table": r.qualified_name, "why": why(r)} for r in routes}
@@ -120,6 +129,16 @@ class JobStatus:
                            "skipped_topics": sorted(skipped)}
         self.failure = None
         self.failed_at = None
+        self.outage = None
+
+    def record_outage(self, service: str, error: str, attempt: int, lasted_s: float, wait_s: float) -> None:
+        """The job waits `wait_s` for `service` before its attempt `attempt` (app/job.py)."""
+        at = datetime.now(UTC)
+        self.outage = {
+            "service": service, "since": (at - timedelta(seconds=lasted_s)).isoformat(timespec="seconds"),
+            "attempt": attempt, "error": error,
+            "next_attempt_at": (at + timedelta(seconds=wait_s)).isoformat(timespec="seconds"),
+        }
 
     def _record_dead_letters(self, s: TableBatchStats, batch_id: int, at: str) -> None:
         entry = self.dead_letters.setdefault(s.table, {"records": 0, "kinds": {}, "diverged_keys": [],
@@ -151,6 +170,30 @@ class JobStatus:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True, default=str)
+
+
+class Heartbeat:
+    """Calls `beat` (which rewrites status.json) every `interval_s` from a daemon thread, until stopped. A beat that
+    fails is logged and the next one tries again."""
+
+    def __init__(self, interval_s: float, beat: Callable[[], None]) -> None:
+        self.interval_s = interval_s
+        self.beat = beat
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.beat()
+            except Exception as e:  # the job goes on; status.json's age will show it if beats keep failing
+                log.warning("status heartbeat not written: %s: %s", type(e).__name__, e)
 
 
 def load_status(spark: SparkSession, config: JobConfig) -> JobStatus:

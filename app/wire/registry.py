@@ -171,6 +171,35 @@ class RegistryClient:
             return None
         return self._schema_text(artifact_id, url, text)
 
+    def check(self) -> str:
+        """Ask the registry's API for something every registry has (v3/v2: `/system/info`; ccompat: the schema
+        types), before the job reads data. Returns the URL asked.
+
+        Raises:
+            ConfigError: `registry.url` answers, but not as the API `registry.api` names (404, another 4xx, not
+                JSON), or `registry.auth`'s credentials are missing or refused (401/403).
+            RegistryError: the registry is out of reach (connection errors, timeouts, 429, 5xx through the
+                retries): `unreachable`, an outage to wait out.
+        """
+        path = "/schemas/types" if self.api == "ccompat" else "/system/info"
+        url = f"{self.base_url}{API_PATHS[self.api]}{path}"
+        try:
+            text = self._fetch("<system>", url, missing_ok=True)
+        except RegistryError as e:
+            if e.unreachable:
+                raise
+            key = "registry.auth" if e.http_status in (HTTP_UNAUTHORIZED, HTTP_FORBIDDEN) else "registry.url"
+            raise ConfigError(key, f"the registry at {self.base_url} refused the start-up check: {e}") from e
+        if text is None:
+            raise ConfigError("registry.url", f"{url} answered 404: no Apicurio Registry {self.api} API at "
+                                              f"{self.base_url} (the registry's base URL? registry.api right?)")
+        try:
+            json.loads(text)
+        except ValueError as e:
+            raise ConfigError("registry.url", f"{url} answered, but not with JSON: not an Apicurio Registry {self.api} "
+                                              f"API ({text[:100]!r})") from e
+        return url
+
     def get_schema(self, schema_id: int, id_type: str = ID_TYPE_CONTENT) -> str:
         """Return the Avro schema text of an id, from the cache or else from the registry.
 
@@ -258,7 +287,8 @@ class RegistryClient:
             if done:
                 return text
             reason = f"HTTP {status}: {_snippet(response)}"
-        raise RegistryError(schema_id, url, f"gave up after {attempts} attempts; last: {reason}", status) from cause
+        raise RegistryError(schema_id, url, f"gave up after {attempts} attempts; last: {reason}", status,
+                            unreachable=True) from cause
 
     def _answer(
         self, schema_id: int | str, url: str, response: requests.Response, missing_ok: bool

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[set[str]] = [
     {"app", "app.errors", "app.hooks"},
     {"app.config"},
-    {"app.spark", "app.wire"},
+    {"app.spark", "app.wire", "app.recovery"},
     {"app.cdc"},
     {"app.routing", "app.sink"},
     {"app.state"},

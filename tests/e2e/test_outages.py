@@ -1,0 +1,321 @@
+"""Outages ridden out (app/recovery.py): one job, a process of its own with a 2-second trigger and the lake on S3,
+reaches every service through a TCP proxy of its own (tests/support/tcp_proxy.py), so each outage cuts this job
+off while the shared stack, its connector and the other tests run on. Each phase changes PostgreSQL before and
+during the outage, brings the service back after 60 s, and waits until both Silver tables equal PostgreSQL value by
+value (one of them partitioned, so its every commit runs meta sync); the time from the service's return to that is
+printed (`catch-up`). The job must have said what it waited for (an `OUTAGE` line, or the heartbeat's line on a batch
+that a client's own retries keep running), and must still be the same process, except where the phase restarts it
+on purpose.
+
+    broker        the broker cut off for 60 s, longer than Spark's own Kafka retries last (the job's Kafka
+                  timeouts are short here: kafka.options), so the query fails and the job starts it again
+    registry      new schema ids waiting (a column added), the job killed and restarted inside the outage: a cold
+                  cache; connection errors wait and never become dead letters
+    object store  the S3 server cut off for 60 s (Bronze, Silver, the checkpoint and status.json on it)
+    metastore     the metastore database cut off for 60 s while a new partition needs meta sync: Hive's client
+                  retries on its own, or the batch fails after its commit, the job waits, and the replay skips the
+                  committed table and syncs it
+    give up       `recovery.give_up_after_s` passed with the registry still out: exit 1 and a message naming it
+"""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+
+from app.config import JobConfig
+from app.errors import required
+from app.state.status import read_status, status_path
+from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
+from tests.support.cdc import debezium_connector, job_config_for, wait_for_records
+from tests.support.jobprocess import Job, kill
+from tests.support.pipeline import source_schema
+from tests.support.tcp_proxy import FaultProxy
+
+pytestmark = [pytest.mark.stack, pytest.mark.slow]
+
+SCHEMA = f"out_{RUN_ID}"
+PREFIX = f"out{RUN_ID}"
+DATABASE = f"out_{RUN_ID}"
+DDL = f"""
+create schema {SCHEMA};
+create table {SCHEMA}.items (id int primary key, name text, qty int);
+create table {SCHEMA}.orders (id int primary key, region text, amount numeric(10,2));
+insert into {SCHEMA}.items select i, 'item ' || i, i from generate_series(1, 30) i;
+insert into {SCHEMA}.orders select i, 'r' || (i % 2), i * 1.5 from generate_series(1, 30) i;
+"""
+OUTAGE_S = 60
+CATCH_UP_S = 240
+KAFKA_PROXIED_LISTENER_PORT = 9094  # scripts/stack.sh: the broker's listener that advertises the proxy's port
+KAFKA_PROXIED_PORT = 19094
+
+
+@dataclasses.dataclass
+class Setup:
+    config: JobConfig  # the job's, as the test reads its lake (the stack's own endpoints)
+    job: Job
+    proxies: dict[str, FaultProxy]
+    pg: psycopg.Connection
+    next_id: int = 100
+    process: Any = None
+    window: tuple[datetime, datetime] | None = None  # the latest outage's, in local time (the job's log lines')
+
+    def start(self, conf: Path | None = None) -> None:
+        self.process = self.job.start(conf=conf)
+
+    def change(self, n: int = 5, region: str = "r0") -> None:
+        """Inserts, updates and a delete in both tables, in one transaction."""
+        with self.pg.transaction():
+            for _ in range(n):
+                self.next_id += 1
+                i = self.next_id
+                self.pg.execute(f"insert into {SCHEMA}.items (id, name, qty) values ({i}, 'new {i}', {i})")
+                self.pg.execute(f"insert into {SCHEMA}.orders values ({i}, '{region}', {i}.25)")
+            self.pg.execute(f"update {SCHEMA}.items set qty = qty + 1 where id % 3 = 0")
+            self.pg.execute(f"update {SCHEMA}.orders set amount = amount + 1 where id % 4 = 0")
+            self.pg.execute(f"delete from {SCHEMA}.items where id = (select min(id) from {SCHEMA}.items)")
+            self.pg.execute(f"delete from {SCHEMA}.orders where id = (select min(id) from {SCHEMA}.orders)")
+
+    def outage(self, service: str, during: Any = None) -> None:
+        """The service cut off for OUTAGE_S, changes made before and during it; `during(elapsed)` is called
+        once after the cut."""
+        self.change()
+        proxy = self.proxies[service]
+        proxy.down()
+        cut, began = time.monotonic(), datetime.now()
+        try:
+            self.change()
+            if during is not None:
+                during()
+            while time.monotonic() - cut < OUTAGE_S:
+                self.change(2)
+                time.sleep(10)
+        finally:
+            proxy.up()
+            self.window = (began, datetime.now())
+
+
+def _job_conf(config: JobConfig, proxies: dict[str, FaultProxy], path: Path, **recovery: float) -> Path:
+    """conf/local.yaml for this module's topics and lake, every service reached through its proxy."""
+    raw = yaml.safe_load(LOCAL_CONF.read_text())
+    raw["kafka"].update({
+        "topic_pattern": config.kafka.topic_pattern, "max_offsets_per_trigger": None,
+        "bootstrap_servers": proxies["broker"].address,
+        # Spark's Kafka client gives up within seconds, so the outage outlasts it (the defaults take minutes).
+        "options": {"default.api.timeout.ms": "10000", "request.timeout.ms": "5000"},
+    })
+    raw["registry"]["url"] = f"http://{proxies['registry'].address}"
+    raw["spark"]["conf"]["spark.hadoop.fs.s3a.endpoint"] = f"http://{proxies['object store'].address}"
+    raw["metastore"]["jdbc_url"] = f"jdbc:postgresql://{proxies['metastore'].address}/metastore"
+    raw.pop("sources", None)
+    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId", "snapshot_new_columns": "none",
+                     "tables": {f"{SCHEMA}.orders": {"partition_by": "region"}}}
+    lake = config.lake
+    raw["lake"].update({"database": lake.database, "silver_path": lake.silver_path, "bronze_path": lake.bronze_path,
+                        "checkpoint_path": lake.checkpoint_path})
+    raw["trigger"] = {"processing_time": "2 seconds"}
+    raw["recovery"] = {"backoff_s": 2, "max_backoff_s": 10, "give_up_after_s": 600, "heartbeat_s": 5, **recovery}
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(
+    spark: SparkSession, local_config: JobConfig, lake_root: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setup]:
+    folder = tmp_path_factory.mktemp("outages")
+    proxies = {
+        "broker": FaultProxy(KAFKA_PROXIED_LISTENER_PORT, KAFKA_PROXIED_PORT),
+        "registry": FaultProxy(8080),
+        "object store": FaultProxy(9000),
+        "metastore": FaultProxy(5432),
+    }
+    for proxy in proxies.values():
+        proxy.up()
+    with source_schema(SCHEMA, DDL) as pg, debezium_connector(f"out-{RUN_ID}", PREFIX, [SCHEMA]):
+        config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/outages")
+        job = Job(_job_conf(config, proxies, folder / "job.yaml"), folder)
+        setup = Setup(config, job, proxies, pg)
+        wait_for_records(f"{PREFIX}.{SCHEMA}.items", 30)
+        setup.start()
+        try:
+            _wait_equal(spark, setup, "the first batches")
+            yield setup
+        finally:
+            if setup.process is not None and setup.process.poll() is None:
+                kill(setup.process)
+            for proxy in proxies.values():
+                proxy.down()
+
+
+def _silver(spark: SparkSession, config: JobConfig, table: str, columns: list[str]) -> dict[Any, tuple[Any, ...]]:
+    path = config.lake.table_path(f"{SCHEMA}_{table}")
+    try:
+        df = spark.read.format("hudi").load(path)
+    except Exception:  # not created yet
+        return {}
+    present = [c for c in columns if c in df.columns]
+    rows = df.select(*present).collect()
+    return {r[0]: tuple(r) + (None,) * (len(columns) - len(present)) for r in rows}
+
+
+def _source(setup: Setup, table: str) -> tuple[list[str], dict[Any, tuple[Any, ...]]]:
+    cursor = setup.pg.execute(f"select * from {SCHEMA}.{table}")
+    columns = [d.name for d in cursor.description or []]
+    return columns, {r[0]: tuple(r) for r in cursor.fetchall()}
+
+
+def _differences(spark: SparkSession, setup: Setup) -> list[str]:
+    found = []
+    for table in ("items", "orders"):
+        columns, expected = _source(setup, table)
+        actual = _silver(spark, setup.config, table, columns)
+        if actual != expected:
+            missing, extra = expected.keys() - actual.keys(), actual.keys() - expected.keys()
+            differing = [k for k in expected.keys() & actual.keys() if expected[k] != actual[k]]
+            found.append(f"{table}: {len(missing)} missing, {len(extra)} extra, {len(differing)} differing "
+                         f"(e.g. {sorted(differing)[:3]}: {[(actual[k], expected[k]) for k in sorted(differing)[:2]]})")
+    return found
+
+
+def _wait_equal(spark: SparkSession, setup: Setup, what: str, timeout_s: float = CATCH_UP_S) -> float:
+    """Seconds until both tables equal PostgreSQL."""
+    started = time.monotonic()
+    while (found := _differences(spark, setup)):
+        if setup.process.poll() is not None:
+            raise AssertionError(f"the job ended ({setup.process.returncode}) before {what}:\n"
+                                 + "\n".join(setup.job.log_lines()[-40:]))
+        assert time.monotonic() - started < timeout_s, f"not equal {timeout_s} s after {what}: {found}"
+        time.sleep(2)
+    return time.monotonic() - started
+
+
+def _said_during_outage(setup: Setup, *words: str) -> list[str]:
+    """The job's log lines holding any of `words`, logged during the latest outage (or up to 5 s after it)."""
+    began, ended = required(setup.window, "an outage")
+    found = []
+    for line in setup.job.log_lines():
+        try:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+        except ValueError:
+            continue
+        if began <= at <= ended + timedelta(seconds=5) and any(w in line for w in words):
+            found.append(line)
+    return found
+
+
+def _said(setup: Setup, words: str, since: int = 0) -> list[str]:
+    """The job's log lines holding `words`, from its line `since` on (of the current run's log)."""
+    return [line for line in setup.job.log_lines()[since:] if words in line]
+
+
+def _status(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "scripts/status.py", "--conf", str(conf), *args], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _alive(setup: Setup) -> None:
+    assert setup.process.poll() is None, "\n".join(setup.job.log_lines()[-40:])
+
+
+def test_the_broker_cut_off_longer_than_sparks_retries(spark: SparkSession, setup: Setup) -> None:
+    since = len(setup.job.log_lines())
+    setup.outage("broker")
+    catch_up = _wait_equal(spark, setup, "the broker came back")
+    print(f"\ncatch-up after the broker outage: {catch_up:.1f} s")
+    _alive(setup)
+    assert _said(setup, "OUTAGE: cannot reach the broker (kafka.bootstrap_servers)", since), \
+        setup.job.log_lines()[-40:]
+
+
+def test_the_registry_cut_off_with_new_schema_ids_and_a_cold_cache(spark: SparkSession, setup: Setup) -> None:
+    def add_column_and_restart() -> None:
+        setup.pg.execute(f"alter table {SCHEMA}.items add column note text")
+        setup.pg.execute(f"insert into {SCHEMA}.items values (90, 'with a note', 1, 'the new schema')")
+        kill(setup.process)  # restarted inside the outage: its schema cache starts empty
+        setup.start()
+
+    setup.outage("registry", during=add_column_and_restart)
+    catch_up = _wait_equal(spark, setup, "the registry came back")
+    print(f"\ncatch-up after the registry outage (restarted inside it): {catch_up:.1f} s")
+    _alive(setup)
+    assert _said(setup, "OUTAGE: cannot reach the registry (registry.url)"), setup.job.log_lines()[-40:]
+    status = read_status(status_path(setup.config), "http://127.0.0.1:9000")
+    assert status["dead_letters"] == {} and status["outage"] is None, status  # waited; nothing dead-lettered
+
+
+def test_the_object_store_cut_off(spark: SparkSession, setup: Setup) -> None:
+    runs, since = setup.job.runs, len(setup.job.log_lines())
+    setup.outage("object store")
+    catch_up = _wait_equal(spark, setup, "the object store came back")
+    print(f"\ncatch-up after the object store outage: {catch_up:.1f} s")
+    _alive(setup)
+    assert setup.job.runs == runs
+    # s3a's own retries may ride it out inside one long batch or one trigger (the heartbeat says where it is), or
+    # the job waits; either way the job said so during the outage.
+    said = _said_during_outage(setup, "OUTAGE: cannot reach the object store", "still running after",
+                               "between batches")
+    assert said, setup.job.log_lines()[since:][-40:]
+    print("\n".join(line[:300] for line in said))
+    # The heartbeat is fresh while the job lives (scripts/status.py --max-age).
+    assert _status(setup.job.conf, "--max-age", "30s").returncode == 0
+
+
+def test_the_metastore_cut_off_during_meta_sync(spark: SparkSession, setup: Setup) -> None:
+    since = len(setup.job.log_lines())
+    setup.outage("metastore", during=lambda: setup.change(3, region="r9"))  # a new partition: its sync must run
+    catch_up = _wait_equal(spark, setup, "the metastore came back")
+    _alive(setup)
+    # Hive's client retries on its own and may ride it out inside one long batch (the heartbeat says where it
+    # is), or the batch fails after its commit and the job waits; the replay syncs the committed table.
+    said = _said_during_outage(setup, "OUTAGE: cannot reach the metastore", "still running after",
+                               "between batches")
+    assert said, setup.job.log_lines()[since:][-40:]
+    print("\n".join(line[:300] for line in said))
+    # The catalog caught up too: the new partition, and the rows through the catalog's table.
+    started = time.monotonic()
+    while True:
+        spark.catalog.refreshTable(f"{DATABASE}.{SCHEMA}_orders")
+        partitions = {r[0] for r in spark.sql(f"show partitions {DATABASE}.{SCHEMA}_orders").collect()}
+        if "region=r9" in partitions:
+            break
+        assert time.monotonic() - started < CATCH_UP_S, partitions
+        time.sleep(2)
+    count = spark.sql(f"select count(*) from {DATABASE}.{SCHEMA}_orders").first()
+    assert count is not None and count[0] == len(_source(setup, "orders")[1])
+    print(f"\ncatch-up after the metastore outage: {catch_up:.1f} s (lake), "
+          f"{catch_up + time.monotonic() - started:.1f} s (catalog)")
+
+
+def test_an_outage_past_the_give_up_time_ends_the_job_naming_it(setup: Setup, tmp_path: Path) -> None:
+    kill(setup.process)
+    conf = _job_conf(setup.config, setup.proxies, tmp_path / "give-up.yaml", give_up_after_s=20)
+    setup.proxies["registry"].down()
+    try:
+        setup.pg.execute(f"alter table {SCHEMA}.items add column other int")
+        setup.pg.execute(f"insert into {SCHEMA}.items values (91, 'x', 1, null, 7)")  # a new schema id to fetch
+        started = time.monotonic()
+        setup.start(conf)
+        rc = setup.process.wait(300)
+        lines = setup.job.log_lines()
+        assert rc == 1, lines[-40:]
+        gave_up = [line for line in lines if "OutageError" in line and "gave up after" in line]
+        assert gave_up and "waiting for the registry (registry.url)" in gave_up[0], lines[-40:]
+        assert "recovery.give_up_after_s=20" in gave_up[0]
+        print(f"\ngave up {time.monotonic() - started:.0f} s after the start: {gave_up[0]}")
+        # A job that is gone: its heartbeat grows old, and scripts/status.py --max-age says so (exit 3).
+        time.sleep(6)
+        stale = _status(conf, "--max-age", "5s")
+        assert stale.returncode == 3 and "STALE" in stale.stderr, stale
+    finally:
+        setup.proxies["registry"].up()
