@@ -21,6 +21,7 @@ from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, check_routes, skip_reason
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
+from app.state.metrics import JobMetrics, MetricsListener
 from app.state.preflight import check_services
 from app.state.resume import kafka_partitions, resume_offsets
 from app.state.stale import log_stale, reroute_error, stale_tables
@@ -133,12 +134,15 @@ def run(
     spark = build_session("cdc-lakehouse", config.spark, config.metastore)
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
+    processor.metrics = metrics = JobMetrics(spark, config)
+    spark.streams.addListener(MetricsListener(metrics))
     recovery = Recovery(config.recovery)
     watch = QueryWatch(processor)
     heartbeat = Heartbeat(config.recovery.heartbeat_s, lambda: watch.beat(spark))
     heartbeat.start()
     try:
         while True:
+            processor.failure = None  # a failed batch's typed error names that batch only
             try:
                 query = watch.query = start_query(spark, config, processor, available_now, conf_file=conf_file,
                                                   from_starting_offsets=from_starting_offsets)
@@ -149,6 +153,7 @@ def run(
                 if service is None:
                     raise
                 wait = recovery.wait_for(service, e, processor.batches_done)
+                metrics.record_outage()
                 log.warning("OUTAGE: cannot reach %s (%s); the query starts again from its checkpoint in %.0f s "
                             "(attempt %d, outage lasting %.0f s, giving up after %s)", service, _brief(e),
                             wait.seconds, wait.attempt, wait.lasted_s, _give_up(config))

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from app.config import RegistryConfig
-from app.errors import RegistryError
+from app.errors import ConfigError, RegistryError
 from app.wire.registry import RegistryClient
 from tests.support.http_proxy import CountingProxy
 
@@ -256,3 +256,22 @@ def test_latest_schema_of_an_unknown_artifact_is_none_at_once(proxy: CountingPro
     with RegistryClient(proxy.url, api, retries=3, backoff_s=FAST_BACKOFF_S) as client:
         assert client.latest_schema(f"no-such-topic-{uuid.uuid4().hex}-value") is None
     assert proxy.request_count == 1
+
+
+def test_the_start_up_check_passes_on_each_api(api: str) -> None:
+    with RegistryClient(REGISTRY_URL, api) as client:
+        assert client.check().startswith(f"{REGISTRY_URL}/apis/")
+
+
+def test_the_start_up_check_tells_a_wrong_answer_from_an_outage(proxy: CountingProxy) -> None:
+    proxy.fail_always(status=404)
+    with RegistryClient(proxy.url, retries=0) as client, pytest.raises(ConfigError) as wrong:
+        client.check()
+    assert wrong.value.key == "registry.url" and "answered 404" in str(wrong.value)
+    proxy.fail_always(status=503)
+    with RegistryClient(proxy.url, retries=1, backoff_s=0.01) as client, pytest.raises(RegistryError) as out:
+        client.check()
+    assert out.value.unreachable  # an outage: the job waits (app/recovery.py)
+    with RegistryClient(f"http://127.0.0.1:{_closed_port()}", retries=0) as client, pytest.raises(RegistryError) as out:
+        client.check()
+    assert out.value.unreachable

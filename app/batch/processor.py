@@ -35,6 +35,7 @@ from app.errors import PipelineError, SinkWriteError, java_root_cause
 from app.hooks import Hooks
 from app.sink.bronze import write_bronze
 from app.sink.quarantine import Quarantine
+from app.state.metrics import JobMetrics
 from app.state.stats import TableBatchStats
 from app.state.status import JobStatus, now, write_status
 from app.wire.registry import RegistryClient
@@ -64,6 +65,7 @@ class BatchProcessor:
         self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
         self.failure: PipelineError | None = None  # the latest batch's typed error, re-raised by app/job.py
         self.batches_done = 0  # batches this process completed, empty ones included (app/recovery.py: progress)
+        self.metrics: JobMetrics | None = None  # app/state/metrics.py, set by app/job.py
         self.running: tuple[int, float, Step] | None = None  # the batch under way: id, start, its step
         self.units: TableUnits | None = None  # its tables' units, once they run
         self.status = JobStatus()  # app/state/status.py; written after every batch when `write_status` is on
@@ -198,6 +200,9 @@ class BatchProcessor:
         self.status.quarantined = {t: {"reason": e.reason, "batch_id": e.batch_id, "at": e.at}
                                    for t, e in quarantined.items()}
         skipped = {topic: (s.reason, s.records) for topic, s in plan.skipped.items()}
+        if self.metrics is not None:
+            self.metrics.record_batch(batch_id, stats, duration_s, self.phases, quarantined=quarantined,
+                                      sources={p.route.qualified_name: p.route.source for p in plan.tables})
         with self.status_lock:
             self.status.record_batch(batch_id, stats, skipped, duration_s)
         self.save_status(spark)

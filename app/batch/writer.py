@@ -53,6 +53,7 @@ from app.cdc.columns import (
     PARTITION_COL,
     POSITION_COL,
     REINSERT_COL,
+    SOURCE_TS_COL,
     TOPIC_COL,
     UNAVAILABLE_COL,
 )
@@ -413,6 +414,7 @@ class TableWriter:
         stats = plan.stats
         stats.upserts, stats.deletes = counts["upserts"], counts["deletes"]
         stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
+        stats.max_source_ts_ms = counts["max_source_ts_ms"]
         # Rows that are neither tombstones nor data changes: truncate and logical-message events.
         stats.skipped = max(0, plan.summary.rows_in - stats.replayed - counts["events"] - counts["poison"])
         stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
@@ -557,6 +559,9 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
         F.count(F.when(latest & ~blocked & is_pending(), 1)).alias("pending"),
         F.count(F.when(latest & ~blocked & is_unresolved(), 1)).alias("unresolved"),
         F.max(F.when(latest & ~blocked, F.col(POSITION_COL))).alias("max_position"),
+        # The newest source time applied (app/state/metrics.py: event-time freshness).
+        F.max(F.when(good, F.col(SOURCE_TS_COL)) if SOURCE_TS_COL in judged_df.columns else F.lit(None))
+        .alias("max_source_ts_ms"),
         *per_source,
     ).first()
     return required(row, "the row of a global aggregate").asDict()

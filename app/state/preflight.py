@@ -69,8 +69,8 @@ def check_services(spark: SparkSession, config: JobConfig, registry: RegistryCli
                       ("lake.checkpoint_path", config.lake.checkpoint_path)):
         _check_path(spark, key, path)
     registry.check()
-    if config.metastore is not None:
-        _checked(lambda: spark.catalog.databaseExists(config.lake.database), "the metastore", METASTORE_WORDS)
+    # The session's catalog: `metastore.*`, or the cluster's own (EMR: Hive's or Glue's client).
+    _checked(lambda: spark.catalog.databaseExists(config.lake.database), "the metastore", METASTORE_WORDS)
     return _checked(list_topics, "the broker", BROKER_WORDS)
 
 

@@ -28,6 +28,7 @@ class TableBatchStats:
     quarantined: str | None = None  # why, when the table is quarantined (app/sink/quarantine.py)
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
+    max_source_ts_ms: int | None = None  # the newest source commit time (`source.ts_ms`) among its events
     topics: list[str] = field(default_factory=list)  # set when the table is not just its topic's own
     steps_s: dict[str, float] = field(default_factory=dict)  # seconds in each step of its unit (app/batch/writer.py)
 

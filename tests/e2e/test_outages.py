@@ -20,6 +20,7 @@ on purpose.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import time
@@ -124,6 +125,13 @@ def _job_conf(config: JobConfig, proxies: dict[str, FaultProxy], path: Path, **r
     raw["lake"].update({"database": lake.database, "silver_path": lake.silver_path, "bronze_path": lake.bronze_path,
                         "checkpoint_path": lake.checkpoint_path})
     raw["trigger"] = {"processing_time": "2 seconds"}
+    # The job's metrics through one of Spark's own sinks (app/state/metrics.py), every second.
+    raw["spark"]["conf"].update({
+        "spark.metrics.namespace": "cdc",
+        "spark.metrics.conf.driver.sink.csv.class": "org.apache.spark.metrics.sink.CsvSink",
+        "spark.metrics.conf.driver.sink.csv.period": "1", "spark.metrics.conf.driver.sink.csv.unit": "seconds",
+        "spark.metrics.conf.driver.sink.csv.directory": str(path.parent / "metrics"),
+    })
     raw["recovery"] = {"backoff_s": 2, "max_backoff_s": 10, "give_up_after_s": 600, "heartbeat_s": 5, **recovery}
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -226,6 +234,32 @@ def _status(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _alive(setup: Setup) -> None:
     assert setup.process.poll() is None, "\n".join(setup.job.log_lines()[-40:])
+
+
+def _gauge(setup: Setup, name: str) -> float:
+    """The latest value the CSV sink wrote for one of the job's gauges."""
+    rows = (setup.job.folder / "metrics" / f"cdc.driver.cdc_lakehouse.{name}.csv").read_text().splitlines()
+    return float(rows[-1].split(",")[1])
+
+
+def test_metrics_reach_sparks_sinks_and_the_log(setup: Setup) -> None:
+    label = PREFIX  # the source's label: its topic prefix
+    items, orders = f"{DATABASE}.{SCHEMA}_items", f"{DATABASE}.{SCHEMA}_orders"
+    deadline = time.monotonic() + 60
+    while not (setup.job.folder / "metrics" / f"cdc.driver.cdc_lakehouse.source.{label}.kafka_lag.csv").exists():
+        assert time.monotonic() < deadline, sorted(p.name for p in (setup.job.folder / "metrics").glob("*"))
+        time.sleep(1)
+    assert _gauge(setup, "job.batches") >= 1
+    assert _gauge(setup, f"source.{label}.kafka_lag") == 0  # all applied (the tables equal PostgreSQL)
+    for table in (items, orders):
+        assert _gauge(setup, f"table.{table}.quarantined") == 0
+        assert _gauge(setup, f"table.{table}.freshness_s") > 0
+    lines = [json.loads(line.split(" metrics ", 1)[1]) for line in _said(setup, "app.metrics: metrics {")]
+    for table in (items, orders):  # the snapshot's 30 rows each, over the batches so far
+        assert sum(line["tables"].get(table, {}).get("rows_applied", 0) for line in lines) == 30, lines
+    first = lines[0]
+    assert set(first["sources"]) == {label} and first["sources"][label]["freshness_s"] > 0, first
+    print(f"\nthe first batch's metrics line: {json.dumps(first)}")
 
 
 def test_the_broker_cut_off_longer_than_sparks_retries(spark: SparkSession, setup: Setup) -> None:

@@ -29,7 +29,12 @@ S3_DOWN = ("An error occurred while calling o81.save.\n: org.apache.hadoop.fs.s3
 METASTORE_DOWN = ("An error occurred while calling o90.sql.\n: org.apache.hadoop.hive.ql.metadata.HiveException: "
                   "javax.jdo.JDOFatalDataStoreException: Unable to open a test connection to the given database. "
                   "JDBC url = jdbc:postgresql://127.0.0.1:41001/metastore\nCaused by: org.postgresql.util."
-                  "PSQLException: Connection to 127.0.0.1:41001 refused.")
+                  "PSQLException: Connection to 127.0.0.1:41001 refused. Check that the hostname and port are correct "
+                  "and that the postmaster is accepting TCP/IP connections.")
+WRONG_METASTORE_DATABASE = ("org.apache.hadoop.hive.ql.metadata.HiveException: javax.jdo.JDOFatalDataStoreException: "
+                            "Unable to open a test connection to the given database. JDBC url = jdbc:postgresql://"
+                            '127.0.0.1:5432/nope\nCaused by: org.postgresql.util.PSQLException: FATAL: database "nope" '
+                            "does not exist")
 
 
 class Captured(Exception):
@@ -79,6 +84,7 @@ def test_the_registry_error_behind_a_failed_query_counts() -> None:
     SchemaDecodeError("t", 0, 5, 3, "malformed data"),
     OutageError("gave up after 60 s waiting for the registry; Connection refused"),
     Captured("[STREAM_FAILED] terminated", "java.lang.NullPointerException\n\tat org.apache.hudi.Foo"),
+    Exception(WRONG_METASTORE_DATABASE),  # a wrong setting, not an outage (app/state/preflight.py names it)
     ValueError("a bug"),
 ])
 def test_other_failures_are_not_outages(error: BaseException) -> None:
