@@ -5,8 +5,10 @@ app/main.py is the command line around `run`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
@@ -174,7 +176,9 @@ class QueryWatch:
     def __init__(self, processor: BatchProcessor) -> None:
         self.processor = processor
         self.query: StreamingQuery | None = None
-        self._between: tuple[str, float] | None = None  # the trigger's message between batches, since when
+        # Between batches: the trigger's status message and the last completed batch, and since when seen.
+        self._between: tuple[tuple[str, Any], float] | None = None
+        self._writing = threading.Lock()
 
     def beat(self, spark: SparkSession) -> None:
         processor, interval = self.processor, self.processor.config.recovery.heartbeat_s
@@ -185,22 +189,33 @@ class QueryWatch:
                 log.info("%s", progress)
         elif (stuck := self._stuck_between_batches(interval)) is not None:
             log.info("%s", stuck)
-        processor.save_status(spark)
+        # The write on a thread of its own: a write held by the file system's retries (an object store outage)
+        # must not hold the next beats' look at the query; a beat while one is under way writes nothing.
+        if self._writing.acquire(blocking=False):
+            threading.Thread(target=self._save, args=(spark,), name="status-write", daemon=True).start()
+
+    def _save(self, spark: SparkSession) -> None:
+        try:
+            self.processor.save_status(spark)
+        finally:
+            self._writing.release()
 
     def _stuck_between_batches(self, interval: float) -> str | None:
+        """A line when two beats `interval` apart find the same trigger active outside foreachBatch: the same
+        status message and no batch completed between them."""
         query = self.query
         if query is None or not query.isActive:
             return None
-        status = query.status
+        status, last = query.status, query.lastProgress
         if not status.get("isTriggerActive"):
             self._between = None
             return None
-        message = str(status.get("message", ""))
-        if self._between is None or self._between[0] != message:
-            self._between = (message, time.monotonic())
+        seen = (str(status.get("message", "")), None if last is None else last.get("batchId"))
+        if self._between is None or self._between[0] != seen:
+            self._between = (seen, time.monotonic())
             return None
         waited = time.monotonic() - self._between[1]
-        return f"the query has been at {message!r} for {waited:.0f} s, between batches" if waited >= interval else None
+        return f"the query has been at {seen[0]!r} for {waited:.0f} s, between batches" if waited >= interval else None
 
 
 def _brief(error: BaseException) -> str:

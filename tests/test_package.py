@@ -208,3 +208,38 @@ def test_deploy_dry_run_prints_uploads_and_add_steps(tmp_path: Path) -> None:
     unfilled = subprocess.run([*cmd[:7], str(PROD_CONF), "--dry-run", "--out", str(out)],
                               capture_output=True, text=True, check=False)
     assert unfilled.returncode == 2 and "placeholders" in unfilled.stderr
+
+
+def _rendered_step(tmp_path: Path, *options: str) -> list[str]:
+    conf = filled_prod_conf(tmp_path / "prod.yaml")
+    out = tmp_path / "out"
+    subprocess.run(["bash", str(ROOT / "scripts" / "emr" / "deploy.sh"), "--cluster-id", "j-TEST", "--s3-root",
+                    "s3://bkt/cdc/", "--conf", str(conf), *options, "--dry-run", "--out", str(out)],
+                   capture_output=True, text=True, check=True, timeout=60)
+    return list(json.loads((out / "step.json").read_text())[0]["Args"])
+
+
+def test_the_continuous_step_restarts_a_job_that_died_and_not_a_wrong_config(tmp_path: Path) -> None:
+    """deploy.sh's restart policy, run here with a stand-in for spark-submit: exits it restarts after, 2 it does
+    not, and the limit of restarts in a row."""
+    rendered = _rendered_step(tmp_path, "--restarts", "3", "--restart-delay", "0")
+    assert rendered[:2] == ["bash", "-c"] and rendered[3] == "cdc-lakehouse"
+    assert rendered[4:] == [a.replace("@S3_ROOT@", "s3://bkt/cdc") for a in step_args()]
+    assert _rendered_step(tmp_path, "--restarts", "0") == rendered[4:]  # 0: the step as it is
+    assert _rendered_step(tmp_path, "--available-now")[0] == "spark-submit"  # a run that ends: no restarts
+    runs = tmp_path / "runs"
+
+    def policy(*exits: int) -> tuple[int, int, str]:
+        """The policy over a job whose n-th run exits exits[n]; (its exit, runs made, what it said)."""
+        runs.write_text("")
+        job = (f'echo run >> {runs}; codes=({" ".join(map(str, exits))}); '
+               f'exit ${{codes[$(($(wc -l < {runs}) - 1))]}}')
+        done = subprocess.run(["bash", "-c", rendered[2], "cdc-lakehouse", "bash", "-c", job],
+                              capture_output=True, text=True, timeout=60, check=False)
+        return done.returncode, len(runs.read_text().splitlines()), done.stderr
+
+    rc, count, said = policy(137, 1, 0)  # killed, an outage past its give-up time, then a run that ends well
+    assert (rc, count) == (0, 3) and "the job exited 137; starting it again from its checkpoint" in said, said
+    assert policy(137, 2)[:2] == (2, 2)  # a config error is not restarted
+    rc, count, said = policy(1, 1, 1, 1, 1)
+    assert (rc, count) == (1, 4) and "3 restarts in a row: giving up" in said, said

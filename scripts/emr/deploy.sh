@@ -14,10 +14,15 @@
 # the cluster's Hudi bundle, cdc-functions.jar and jars/*.jar.
 #
 # usage: scripts/emr/deploy.sh --cluster-id j-XXXX --s3-root s3://bucket/cdc-lakehouse --conf my-prod.yaml
-#          [--registry-secret-id ID] [--available-now] [--dry-run] [--out DIR]
+#          [--registry-secret-id ID] [--available-now] [--restarts N] [--restart-delay S] [--dry-run] [--out DIR]
 #   --registry-secret-id  a Secrets Manager secret holding the registry's client secret: the step exports it as
 #                         REGISTRY_CLIENT_SECRET for the driver (the step shows the id, never the secret)
 #   --available-now       process what Kafka holds, then end (without it the step runs until cancelled)
+#   --restarts N          the continuous step's restart policy: a job that ends with any exit but 0 or 2 (a config
+#                         error) is started again from its checkpoint after --restart-delay seconds (default 60),
+#                         up to N times in a row (default 10; a run of an hour or more starts the count again);
+#                         0: never. It brings back a killed driver, an out-of-memory kill, an outage past the job's
+#                         give-up time (docs/running.md "Restart policy")
 #   --dry-run             print every command (and the step) instead of running it
 #   --out DIR             where the package and the step are built (default build/package)
 # A new cluster (printed at the end, not run): aws emr create-cluster --release-label emr-7.13.0
@@ -28,7 +33,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT="$ROOT/build/package"
-cluster="" s3_root="" conf="" secret_id="" available_now=0 dry_run=0
+cluster="" s3_root="" conf="" secret_id="" available_now=0 dry_run=0 restarts=10 restart_delay=60
 while (($#)); do
   case $1 in
     --cluster-id) cluster=$2; shift 2 ;;
@@ -36,13 +41,16 @@ while (($#)); do
     --conf) conf=$2; shift 2 ;;
     --registry-secret-id) secret_id=$2; shift 2 ;;
     --available-now) available_now=1; shift ;;
+    --restarts) restarts=$2; shift 2 ;;
+    --restart-delay) restart_delay=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ -n $cluster && -n $s3_root && -n $conf ]] || { echo "--cluster-id, --s3-root and --conf are required (see --help)" >&2; exit 2; }
+[[ $restarts =~ ^[0-9]+$ && $restart_delay =~ ^[0-9]+$ ]] || { echo "--restarts and --restart-delay take whole numbers" >&2; exit 2; }
 [[ $s3_root == s3://* ]] || { echo "--s3-root must be an s3:// URI, got $s3_root" >&2; exit 2; }
 [[ -f $conf ]] || { echo "no config file $conf" >&2; exit 2; }
 if sed 's/#.*//' "$conf" | grep -nE '<[a-z][a-z0-9-]*>' >&2; then
@@ -69,20 +77,36 @@ run aws s3 cp "$ROOT/scripts/emr/bootstrap.sh" "$s3_root/bootstrap.sh"
 run aws s3 cp --recursive "$ROOT/.deps/emr" "$s3_root/jars/" --exclude '*' --include '*.jar'
 
 mkdir -p "$OUT"
-python3 - "$ROOT/scripts/emr/step.json" "$OUT/step.json" "$s3_root" "$available_now" "$secret_id" <<'EOF'
+python3 - "$ROOT/scripts/emr/step.json" "$OUT/step.json" "$s3_root" "$available_now" "$secret_id" "$restarts" \
+  "$restart_delay" <<'EOF'
 import json
 import sys
 
-template, out, s3_root, available_now, secret_id = sys.argv[1:]
+template, out, s3_root, available_now, secret_id, restarts, delay = sys.argv[1:]
+# The restart policy (--restarts): the job again, from its checkpoint, unless it ended well (0) or its config is
+# wrong (2); a run of an hour or more starts the count again.
+RESTART = (
+    'n=0; while :; do started=$SECONDS; "$@"; rc=$?; '
+    '[ $rc -eq 0 ] || [ $rc -eq 2 ] && exit $rc; '
+    '[ $((SECONDS - started)) -ge 3600 ] && n=0; n=$((n + 1)); '
+    '[ $n -gt {restarts} ] && {{ echo "[restart] the job exited $rc, {restarts} restarts in a row: giving up" >&2; exit $rc; }}; '
+    'echo "[restart] the job exited $rc; starting it again from its checkpoint in {delay} s (restart $n of {restarts})" >&2; '
+    'sleep {delay}; done'
+)
 steps = json.loads(open(template).read().replace("@S3_ROOT@", s3_root))
 for step in steps:
     if available_now == "1":
         step["Args"].append("--available-now")
+    # bash -c SCRIPT $0 "$@": $0 names the step (or the secret's id), spark-submit and its arguments are "$@".
+    run = "exec \"$@\""
+    if available_now != "1" and int(restarts) > 0:
+        run = RESTART.format(restarts=int(restarts), delay=int(delay))
     if secret_id:
-        # bash -c SCRIPT $0 "$@": the secret's id is $0, spark-submit and its arguments are "$@".
         script = ('export REGISTRY_CLIENT_SECRET="$(aws secretsmanager get-secret-value --secret-id "$0" '
-                  '--query SecretString --output text)" && exec "$@"')
+                  '--query SecretString --output text)" && ' + run)
         step["Args"] = ["bash", "-c", script, secret_id, *step["Args"]]
+    elif run != "exec \"$@\"":
+        step["Args"] = ["bash", "-c", run, "cdc-lakehouse", *step["Args"]]
 open(out, "w").write(json.dumps(steps, indent=2) + "\n")
 EOF
 ((dry_run)) && cat "$OUT/step.json"

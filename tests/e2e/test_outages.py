@@ -126,6 +126,7 @@ def _job_conf(config: JobConfig, proxies: dict[str, FaultProxy], path: Path, **r
                         "checkpoint_path": lake.checkpoint_path})
     raw["trigger"] = {"processing_time": "2 seconds"}
     # The job's metrics through one of Spark's own sinks (app/state/metrics.py), every second.
+    (path.parent / "metrics").mkdir(exist_ok=True)
     raw["spark"]["conf"].update({
         "spark.metrics.namespace": "cdc",
         "spark.metrics.conf.driver.sink.csv.class": "org.apache.spark.metrics.sink.CsvSink",
