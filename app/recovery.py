@@ -27,8 +27,8 @@ from app.errors import OutageError, PipelineError, RegistryError, SinkWriteError
 # What is out of reach, told by the words of the error; checked in this order, the first match names it.
 SERVICES: list[tuple[str, re.Pattern[str]]] = [
     ("the broker (kafka.bootstrap_servers)", re.compile(
-        r"org\.apache\.kafka\.|Timed out waiting for a node assignment|Timed out waiting to send the call|"
-        r"kafka", re.IGNORECASE)),
+        r"org\.apache\.kafka\.common\.errors|org\.apache\.kafka\.common\.KafkaException|"
+        r"Timed out waiting for a node assignment|Timed out waiting to send the call|bootstrap")),
     ("the metastore (metastore.jdbc_url)", re.compile(
         r"metastore|javax\.jdo|datanucleus|HiveSync|meta sync", re.IGNORECASE)),
     ("the object store (lake paths)", re.compile(
@@ -67,13 +67,18 @@ def outage_of(error: BaseException) -> str | None:
             return "the registry (registry.url)" if e.unreachable else None
         if isinstance(e, PipelineError) and not isinstance(e, SinkWriteError):
             return None
-    text = "\n".join(_texts(error))
+    text = error_text(error)
     if not unreachable(text):
         return None
     for service, words in SERVICES:
         if words.search(text):
             return service
     return "a service (connection refused or timed out)"
+
+
+def error_text(error: BaseException) -> str:
+    """Every message of an error and its causes, JVM ones included (`_texts`), as one text to look for words in."""
+    return "\n".join(_texts(error))
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:

@@ -26,16 +26,16 @@ from pyspark.sql.utils import CapturedException
 
 from app.config import JobConfig
 from app.errors import ConfigError, java_root_cause
-from app.recovery import unreachable
+from app.recovery import error_text, unreachable
 from app.sink.lakefs import fs_and_path
 from app.wire.registry import RegistryClient
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Words of a wrong setting: (pattern, key, what to say), the key None for the path being checked. Checked before
-# the words of an outage, since a wrong setting can come wrapped in those (Hive's "Unable to open a test
-# connection" around a wrong database).
+# Words of a wrong setting: (pattern, key, what to say); for the lake, (pattern, what to say) of any of its paths.
+# Checked before the words of an outage, since a wrong setting can come wrapped in those (Hive's "Unable to open a
+# test connection" around a wrong database).
 LAKE_WORDS: Final = (
     (re.compile(r"NoSuchBucket|UnknownStoreException|[Bb]ucket .{0,80}does not exist"), "the bucket does not exist"),
     (re.compile(r"AccessDenied|Access Denied|403 Forbidden|InvalidAccessKeyId|SignatureDoesNotMatch|"
@@ -88,7 +88,7 @@ def _checked(ask: Callable[[], T], what: str, wrong: tuple[tuple[re.Pattern[str]
     try:
         return ask()
     except (Py4JError, CapturedException) as e:
-        text = _text(e)
+        text = error_text(e)
         for words, key, message in wrong:
             if words.search(text):
                 raise ConfigError(key, f"{message} ({java_root_cause(e)[:300]})") from e
@@ -96,11 +96,3 @@ def _checked(ask: Callable[[], T], what: str, wrong: tuple[tuple[re.Pattern[str]
             log.error("start-up check of %s failed: %s", what, java_root_cause(e))
         raise
 
-
-def _text(error: BaseException) -> str:
-    parts = [str(error)]
-    for attribute in ("desc", "stackTrace"):
-        value = getattr(error, attribute, None)
-        if isinstance(value, str):
-            parts.append(value)
-    return "\n".join(parts)
