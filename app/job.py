@@ -183,9 +183,9 @@ class QueryWatch:
     def beat(self, spark: SparkSession) -> None:
         processor, interval = self.processor, self.processor.config.recovery.heartbeat_s
         progress = processor.progress()
-        if progress is not None and processor.running is not None:
+        if progress is not None and (running := processor.running) is not None:
             self._between = None
-            if time.monotonic() - processor.running[1] >= interval:
+            if time.monotonic() - running[1] >= interval:
                 log.info("%s", progress)
         elif (stuck := self._stuck_between_batches(interval)) is not None:
             log.info("%s", stuck)

@@ -50,10 +50,8 @@ class JobMetrics:
 
     def __init__(self, spark: SparkSession, config: JobConfig) -> None:
         self.config = config
-        self.gauges: dict[str, float] = {}  # the latest value of each, as set (age gauges: the time, seconds)
-        self.table_sources: dict[str, str] = {}  # table -> source label, as batches show them
+        self.batches = 0
         self.newest_ms: dict[str, int] = {}  # table or source -> newest source commit time applied
-        self.kafka_lag: dict[str, int] = {}
         self.batch: dict[str, Any] | None = None  # the latest batch's line, until the query's progress adds the lag
         self._source: Any = None
         try:
@@ -65,12 +63,10 @@ class JobMetrics:
             self._source = None
 
     def set(self, name: str, value: float) -> None:
-        self.gauges[name] = float(value)
         if self._source is not None:
             self._source.set(name, float(value))
 
     def set_time(self, name: str, epoch_ms: int) -> None:
-        self.gauges[name] = epoch_ms / 1000.0
         if self._source is not None:
             self._source.setTime(name, int(epoch_ms))
 
@@ -83,15 +79,13 @@ class JobMetrics:
         quarantined = set(quarantined)
         tables = {}
         for s in stats:
-            prefix = f"table.{s.table}"
-            self.table_sources[s.table] = sources.get(s.table, "")
+            prefix, label = f"table.{s.table}", sources.get(s.table, "")
             figures = {"rows_in": s.rows_in, "rows_applied": s.upserts + s.deletes, "dead_letters": s.dead_letters,
                        "duration_s": round(s.duration_s, 3), "quarantined": int(s.table in quarantined)}
             for name, value in figures.items():
                 self.set(f"{prefix}.{name}", value)
             if s.max_source_ts_ms is not None:
                 self._newer(s.table, f"{prefix}.freshness_s", s.max_source_ts_ms)
-                label = self.table_sources[s.table]
                 if label:
                     self._newer(label, f"source.{label}.freshness_s", s.max_source_ts_ms)
             tables[s.table] = {**figures, "freshness_s": self._age(s.table, now_ms)}
@@ -99,7 +93,8 @@ class JobMetrics:
         for phase, seconds in phases.items():
             self.set(f"job.batch_{phase}_s", round(seconds, 3))
         self.set_time("job.last_batch_age_s", now_ms)
-        self.set("job.batches", self.gauges.get("job.batches", 0) + 1)
+        self.batches += 1
+        self.set("job.batches", self.batches)
         self.set("job.outage", 0)
         self.batch = {"batch_id": batch_id, "duration_s": round(duration_s, 3),
                       "phases": {k: round(v, 3) for k, v in phases.items()}, "tables": tables}
@@ -120,7 +115,6 @@ class JobMetrics:
             lag.setdefault(source_config.label, 0)
         for label, records in lag.items():
             self.set(f"source.{label}.kafka_lag", records)
-        self.kafka_lag = lag
         batch, self.batch = self.batch, None
         if batch is None or batch["batch_id"] != batch_id:
             return
