@@ -29,7 +29,7 @@ MISSING_BUCKET = f"s3a://no-such-bucket-{RUN_ID}/lake"
 
 @pytest.fixture(scope="module")
 def config(local_config: JobConfig, lake_root: str) -> JobConfig:
-    return job_config_for(local_config, f"sc{RUN_ID}", f"sc_{RUN_ID}", f"{lake_root}/startup_checks")
+    return job_config_for(local_config, f"startup{RUN_ID}", f"startup_{RUN_ID}", f"{lake_root}/startup_checks")
 
 
 def _check(spark: SparkSession, config: JobConfig, registry_url: str = REGISTRY_URL) -> object:
