@@ -189,6 +189,7 @@ class QueryWatch:
                 log.info("%s", progress)
         elif (stuck := self._stuck_between_batches(interval)) is not None:
             log.info("%s", stuck)
+        processor.check_sources(idle=self._idle())
         # The write on a thread of its own: a write held by the file system's retries (an object store outage)
         # must not hold the next beats' look at the query; a beat while one is under way writes nothing.
         if self._writing.acquire(blocking=False):
@@ -199,6 +200,14 @@ class QueryWatch:
             self.processor.save_status(spark)
         finally:
             self._writing.release()
+
+    def _idle(self) -> bool:
+        """The query's latest trigger found no new record and no trigger runs: the job has seen all of Kafka."""
+        query = self.query
+        if query is None or not query.isActive:
+            return False
+        status = query.status
+        return not status.get("isTriggerActive") and not status.get("isDataAvailable")
 
     def _stuck_between_batches(self, interval: float) -> str | None:
         """A line when two beats `interval` apart find the same trigger active outside foreachBatch: the same

@@ -159,6 +159,22 @@ def drop_replication_slot(connection: Any, slot: str, timeout_s: float = 30.0) -
         time.sleep(0.5)
 
 
+def heartbeat_config(table: str, interval_ms: int = 10_000) -> dict[str, str]:
+    """Debezium heartbeats every `interval_ms`, each also updating the one row of `table` (`<schema>.<table>`,
+    made with `heartbeat_table_ddl`, captured by the connector), so that an idle database still moves the
+    connector's position and the slot (docs/running.md "Source stalled"); the job's `sources[].heartbeat_table`
+    names the same table."""
+    return {
+        "heartbeat.interval.ms": str(interval_ms),
+        "heartbeat.action.query": f"insert into {table} (id, ts) values (1, now()) "
+                                  "on conflict (id) do update set ts = excluded.ts",
+    }
+
+
+def heartbeat_table_ddl(table: str) -> str:
+    return f"create table if not exists {table} (id int primary key, ts timestamptz not null)"
+
+
 def mariadb_connector_config(
     name: str,
     source: MariaDbSource,

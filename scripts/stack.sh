@@ -15,7 +15,7 @@
 #   Spark standalone: a master (spark://127.0.0.1:7077) and two workers (1 core, 2g each) from pip's pyspark, so a
 #   job can run with executors in JVMs of their own, as on EMR (tests/e2e/test_standalone.py)
 #
-# usage: scripts/stack.sh up [service...] | down [service...] | reset | status
+# usage: scripts/stack.sh up [service...] | down [service...] | reset | status | unstick CONNECTOR
 #   up      install what is missing, start what is not running, wait until each service answers; `up spark`
 #           starts one (and installs only what it needs), leaving the others as they are
 #   down    stop the processes this script started (by pid), keep their state; `down kafka` stops one
@@ -23,6 +23,9 @@
 #   reset   down, then wipe all state together: Kafka logs, Connect offsets, registry, databases,
 #           metastore, lake and checkpoints, the Spark workers' folders
 #   status  every endpoint and pid
+#   unstick a PostgreSQL connector stuck on its own replication slot (Connect says RUNNING, nothing streams: the
+#           slot is held by another backend, e.g. an earlier task's connection): end the backend holding the
+#           slot, restart the connector's tasks, wait until the slot is taken again
 #
 # State, logs and pid files live under $STACK_DIR (default .stack/ in the repository, git-ignored).
 # Ports: PG_PORT MARIADB_PORT KAFKA_PORT CONTROLLER_PORT REGISTRY_PORT CONNECT_PORT S3_PORT SPARK_MASTER_PORT
@@ -453,6 +456,30 @@ cmd_reset() {
   log "state wiped under $STACK_DIR"
 }
 
+cmd_unstick() { # cmd_unstick CONNECTOR
+  local name=${1:-} config slot db pid i connect=http://127.0.0.1:$CONNECT_PORT
+  [ -n "$name" ] || die "usage: scripts/stack.sh unstick CONNECTOR"
+  config=$(curl -fsS "$connect/connectors/$name/config") || die "Kafka Connect at $connect has no connector $name"
+  field() { printf '%s' "$config" | python3 -c "import json, sys; print(json.load(sys.stdin).get('$1', '$2'))"; }
+  slot=$(field slot.name debezium)
+  db=$(field database.dbname postgres)
+  pid=$(psql_admin -d "$db" -c "select active_pid from pg_replication_slots where slot_name = '$slot'")
+  if [ -n "$pid" ]; then
+    log "replication slot $slot is held by backend $pid: ending it"
+    psql_admin -d "$db" -c "select pg_terminate_backend($pid)" >/dev/null
+  else
+    log "replication slot $slot is held by no backend"
+  fi
+  curl -fsS -X POST "$connect/connectors/$name/restart?includeTasks=true" >/dev/null
+  log "connector $name's tasks restarted; waiting for the slot to be taken"
+  for i in $(seq 1 60); do
+    pid=$(psql_admin -d "$db" -c "select active_pid from pg_replication_slots where slot_name = '$slot'")
+    if [ -n "$pid" ]; then log "replication slot $slot is held by backend $pid: the connector streams"; return 0; fi
+    sleep 1
+  done
+  die "replication slot $slot is still free 60 s after the restart: see $connect/connectors/$name/status"
+}
+
 cmd_status() {
   local name state pid i
   printf '%-10s %-8s %-8s %s\n' service state pid endpoint
@@ -489,6 +516,7 @@ case "${1:-}" in
   down) shift; cmd_down "$@" ;;
   reset) cmd_reset ;;
   status) cmd_status ;;
-  -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' ;;
-  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  unstick) shift; cmd_unstick "$@" ;;
+  -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

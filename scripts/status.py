@@ -14,8 +14,9 @@ AWS_ENDPOINT_URL or else the config's `spark.hadoop.fs.s3a.endpoint`). No Spark 
 
 Exit status: 0, or 1 when the job recorded a failure (so a cron check can alert), 3 when `--max-age` is given and
 the status's heartbeat (rewritten every `recovery.heartbeat_s`, 60 s by default, while the job lives, also when no
-batch runs and during an outage) is older: the job died without a word (SIGKILL, out of memory, a lost node); or 2
-when there is no status or config to read.
+batch runs and during an outage) is older: the job died without a word (SIGKILL, out of memory, a lost node); 4 when
+a source is stalled (its connector has delivered nothing for `recovery.source_stalled_after_s`); or 2 when there is
+no status or config to read.
 """
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def summary(status: dict[str, Any], location: str) -> str:
     if outage:
         lines.append(f"  OUTAGE: waiting for {outage['service']} since {outage['since']} (attempt {outage['attempt']}, "
                      f"next at {outage['next_attempt_at']}): {outage['error']}")
+    for label, source in sorted((status.get("sources") or {}).items()):
+        seen = source["delivered_at"] or "nothing since the job started"
+        lines.append(f"  source {label}: {'STALLED, ' if source['stalled'] else ''}last delivered {seen} "
+                     f"({source['age_s']:.0f} s before the heartbeat)")
     lines.append("tables (each at its latest batch):")
     for name, t in sorted(status["tables"].items()):
         figures = " ".join(f"{k}={t[k]}" for k in FIGURES)
@@ -106,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             seen = "no heartbeat" if age is None else f"the heartbeat is {age:.0f} s old"
             print(f"STALE: {seen} (--max-age {args.max_age:g} s): the job is not running", file=sys.stderr)
             return 3
+    stalled = sorted(label for label, s in (status.get("sources") or {}).items() if s["stalled"])
+    if stalled:
+        print(f"STALLED: source {', '.join(stalled)} delivers nothing (recovery.source_stalled_after_s)",
+              file=sys.stderr)
+        return 4
     return 1 if status.get("failure") else 0
 
 

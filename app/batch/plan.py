@@ -42,6 +42,7 @@ class TopicSummary:
     key_ids: set[SchemaRef] = field(default_factory=set)
     value_ids: set[SchemaRef] = field(default_factory=set)
     offsets: Offsets = field(default_factory=dict)  # first, last per partition
+    newest_ms: int | None = None  # the newest Kafka timestamp of its records (epoch ms): when the connector wrote it
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ class BatchPlan:
     tables: list[TablePlan]
     skipped: dict[str, SkippedTopic]
     roots: PartitionRoots
+    newest_ms: dict[str, int] = field(default_factory=dict)  # topic -> TopicSummary.newest_ms, every topic read
 
     @property
     def offsets(self) -> Offsets:

@@ -77,6 +77,7 @@ class Planner:
         self.quarantine.load(raw_df.sparkSession)
         framed_df = with_source_framings(raw_df, self.framings())
         summary = self._summarize(framed_df)
+        newest = {topic: s.newest_ms for topic, s in summary.items() if s.newest_ms is not None}
         skipped = {}
         for topic in list(summary):
             reason = skip_reason(topic, self.config)
@@ -87,22 +88,23 @@ class Planner:
         if self.config.dead_letters.mode == "fail_fast":
             self._check_framing(framed_df, summary, roots)
         topic_plans = [self._plan_topic(framed_df, topic, s, roots) for topic, s in sorted(summary.items())]
-        return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots)
+        return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots, newest)
 
     def framings(self) -> list[tuple[str, Framing]]:
         """Each source's topic prefix and wire framing."""
         return [(s.topic_prefix, Framing(s.framing, s.id_type)) for s in self.config.source_list]
 
     def _summarize(self, framed_df: DataFrame) -> dict[str, TopicSummary]:
-        """One aggregate: per topic, key and value schema reference and whether framing failed, record count.
-        Drives everything after."""
+        """One aggregate: per topic, key and value schema reference and whether framing failed, record count,
+        newest Kafka timestamp. Drives everything after."""
         rows = (
             framed_df.groupBy(
                 "topic", "partition", "key_id_type", "key_schema_id", "value_id_type", "value_schema_id",
                 F.col("key_frame_error").isNotNull().alias("key_bad"),
                 F.col("value_frame_error").isNotNull().alias("value_bad"),
             )
-            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .agg(F.count(F.lit(1)).alias("n"), F.min("offset").alias("first"), F.max("offset").alias("last"),
+                 F.max(F.unix_millis("timestamp")).alias("newest_ms"))
             .collect()
         )
         summary: dict[str, TopicSummary] = defaultdict(TopicSummary)
@@ -112,6 +114,8 @@ class Planner:
             tp = (row["topic"], row["partition"])
             first, last = s.offsets.get(tp, (row["first"], row["last"]))
             s.offsets[tp] = (min(first, row["first"]), max(last, row["last"]))
+            if row["newest_ms"] is not None:
+                s.newest_ms = max(s.newest_ms or 0, row["newest_ms"])
             if row["key_bad"]:
                 s.key_unframed += row["n"]
             if row["value_bad"]:

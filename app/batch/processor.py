@@ -36,6 +36,7 @@ from app.hooks import Hooks
 from app.sink.bronze import write_bronze
 from app.sink.quarantine import Quarantine
 from app.state.metrics import JobMetrics
+from app.state.sources import SourceWatch
 from app.state.stats import TableBatchStats
 from app.state.status import JobStatus, now, write_status
 from app.wire.registry import RegistryClient
@@ -66,6 +67,7 @@ class BatchProcessor:
         self.failure: PipelineError | None = None  # the latest batch's typed error, re-raised by app/job.py
         self.batches_done = 0  # batches this process completed, empty ones included (app/recovery.py: progress)
         self.metrics: JobMetrics | None = None  # app/state/metrics.py, set by app/job.py
+        self.sources = SourceWatch(config)  # when each source last delivered (the source-lag alarm)
         self.running: tuple[int, float, Step] | None = None  # the batch under way: id, start, its step
         self.units: TableUnits | None = None  # its tables' units, once they run
         self.status = JobStatus()  # app/state/status.py; written after every batch when `write_status` is on
@@ -92,8 +94,10 @@ class BatchProcessor:
         step = Step(batch_id)
         self.phases = {}
         self.running = (batch_id, started, step)
+        self.sources.begin_batch()
         try:
             plan = self.planner.plan(raw_df)
+            self.sources.delivered(plan.newest_ms)
             self.phases["plan"] = time.monotonic() - started
             if plan.tables or plan.skipped:
                 self._write(raw_df, plan, step, query_id)
@@ -205,7 +209,16 @@ class BatchProcessor:
                                       sources={p.route.qualified_name: p.route.source for p in plan.tables})
         with self.status_lock:
             self.status.record_batch(batch_id, stats, skipped, duration_s)
+        self.check_sources()
         self.save_status(spark)
+
+    def check_sources(self, idle: bool = False) -> None:
+        """The source-lag alarm's look (app/state/sources.py), after a batch and on the heartbeat's timer (`idle`:
+        the query's latest trigger found no new record)."""
+        metrics = self.metrics
+        report = self.sources.check(metrics, metrics.kafka_lag if metrics is not None else None, idle=idle)
+        with self.status_lock:
+            self.status.sources = report
 
     def save_status(self, spark: SparkSession) -> None:
         """Rewrite status.json (when `write_status` is on) with a new heartbeat time; the batch's thread and the

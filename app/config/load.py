@@ -201,6 +201,8 @@ def _check_recovery(config: JobConfig) -> None:
         raise ConfigError("recovery.give_up_after_s", "must be >= 0 (0: never give up)")
     if recovery.heartbeat_s <= 0:
         raise ConfigError("recovery.heartbeat_s", "must be > 0")
+    if recovery.source_stalled_after_s < 0:
+        raise ConfigError("recovery.source_stalled_after_s", "must be >= 0 (0: never)")
 
 
 def _check_registry(config: JobConfig) -> None:
@@ -251,6 +253,14 @@ def _check_sources(config: JobConfig) -> None:
         ):
             raise ConfigError(f"{key}.signal_topic", f"{source.signal_topic!r} is empty or matches kafka.topic_pattern "
                               "(the job would read the connector's signals as a table)")
+        if source.heartbeat_table is not None:
+            parts = source.heartbeat_table.split(".")
+            if len(parts) != (3 if source.connector == "sqlserver" else 2) or not all(parts):
+                form = "<database>.<schema>.<table>" if source.connector == "sqlserver" else "<schema>.<table>"
+                raise ConfigError(f"{key}.heartbeat_table", f"expected {form!r}, got {source.heartbeat_table!r}")
+            if source.heartbeat_table in source.tables:
+                raise ConfigError(f"{key}.heartbeat_table", f"{source.heartbeat_table!r} has table settings under "
+                                  f"{config.tables_key(n)}, but the heartbeat table feeds no Silver table")
         _check_tables(config, source, config.tables_key(n))
     _check_merges(config)
 

@@ -181,6 +181,11 @@ class SourceConfig:
     # default no event schema shows: a function default arrives without one, on MariaDB always), `with_default`
     # (only columns whose event schema declares a default: cheaper, misses such function defaults) or `none`.
     snapshot_new_columns: Literal["all", "with_default", "none"] = "all"
+    # The table the connector's `heartbeat.action.query` writes (`"<schema>.<table>"`, as under `tables`): its
+    # topic feeds no Silver table (its records go to Bronze); like the heartbeat topic, its records tell the job
+    # that the connector still moves along the source's log (docs/running.md "Source stalled"). Unset: the table,
+    # if captured, is a table like any other.
+    heartbeat_table: str | None = None
 
     @property
     def label(self) -> str:
@@ -295,6 +300,11 @@ class RecoveryConfig:
     # status.json's `heartbeat_at` is rewritten this often (seconds), also while no batch runs and during an outage,
     # so `scripts/status.py --max-age` tells a job that died from an idle one.
     heartbeat_s: float = 60.0
+    # A source whose connector has delivered nothing (no change, no heartbeat) for this many seconds is stalled: a
+    # warning names it and the metric `source.<name>.stalled` is 1, checked on the heartbeat's timer, also while no
+    # batch runs (docs/running.md "Source stalled"). Set it well above the connectors' `heartbeat.interval.ms`;
+    # 0: never.
+    source_stalled_after_s: float = 900.0
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,16 @@ def source_for(topic: str, config: JobConfig) -> SourceConfig:
 HEARTBEAT_PREFIX = "__debezium-heartbeat."  # Debezium's topic.heartbeat.prefix, by default
 
 
+def delivering_source(topic: str, config: JobConfig) -> SourceConfig | None:
+    """The source whose connector writes the topic: its table topics, and the topics beside them that
+    `skip_reason` names (the schema change topic, `<prefix>`, and the heartbeat topic, `__debezium-heartbeat.<prefix>`,
+    whose names do not start with `<prefix>.`)."""
+    for source in config.source_list:
+        if topic in (source.topic_prefix, f"{HEARTBEAT_PREFIX}{source.topic_prefix}"):
+            return source
+    return config.source_of(topic)
+
+
 def skip_reason(topic: str, config: JobConfig) -> str | None:
     """Why a subscribed topic feeds no table, for the topics Debezium writes beside a source's table topics
     (a pattern such as `<prefix>\\..*` catches them); None for every other topic. Their records go to Bronze
@@ -105,6 +115,8 @@ def skip_reason(topic: str, config: JobConfig) -> str | None:
             return f"the transaction metadata topic of source {source.label} (provide.transaction.metadata)"
         if topic == f"{HEARTBEAT_PREFIX}{prefix}":
             return f"the heartbeat topic of source {source.label} (heartbeat.interval.ms)"
+        if source.heartbeat_table is not None and topic == f"{prefix}.{source.heartbeat_table}":
+            return f"the heartbeat table of source {source.label} (heartbeat.action.query)"
     return None
 
 

@@ -14,6 +14,9 @@ driver's UI), JMX, CSV, or a CloudWatch sink on EMR (docs/running.md "Status and
     source.<label>.kafka_lag                    records in Kafka not yet applied (the query's latest offsets minus
                                                 those its last batch ended at, summed over the source's partitions)
     source.<label>.freshness_s                  now minus the newest source commit time applied to its tables
+    source.<label>.delivered_age_s              seconds since its connector last delivered a record, heartbeats
+                                                included (app/state/sources.py), read on a timer
+    source.<label>.stalled                      1 once that passes recovery.source_stalled_after_s, else 0
     job.batch_duration_s, job.batch_<phase>_s   the latest batch and its phases (plan, bronze, tables)
     job.last_batch_age_s                        seconds since the latest batch completed
     job.batches                                 batches completed by this process
@@ -53,6 +56,7 @@ class JobMetrics:
         self.batches = 0
         self.newest_ms: dict[str, int] = {}  # table or source -> newest source commit time applied
         self.batch: dict[str, Any] | None = None  # the latest batch's line, until the query's progress adds the lag
+        self.kafka_lag: dict[str, int] = {}  # source label -> records, at the latest progress (the stall warning)
         self._source: Any = None
         try:
             self._source = jvm_class(spark, SOURCE_CLASS)()
@@ -115,6 +119,7 @@ class JobMetrics:
             lag.setdefault(source_config.label, 0)
         for label, records in lag.items():
             self.set(f"source.{label}.kafka_lag", records)
+        self.kafka_lag = lag
         batch, self.batch = self.batch, None
         if batch is None or batch["batch_id"] != batch_id:
             return

@@ -91,6 +91,8 @@ class JobStatus:
     # While the job waits out an outage: {"service", "since", "attempt", "error", "next_attempt_at"}.
     outage: dict[str, Any] | None = None
     heartbeat_at: str | None = None
+    # Per source: when its connector last delivered a record, how long ago, whether stalled (app/state/sources.py).
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def set_routes(self, routes: Iterable[TableRoute]) -> None:
         self.routes = {r.topic: {"table": r.qualified_name, "why": why(r)} for r in routes}

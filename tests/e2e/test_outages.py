@@ -16,11 +16,17 @@ on purpose.
                   retries on its own, or the batch fails after its commit, the job waits, and the replay skips the
                   committed table and syncs it
     give up       `recovery.give_up_after_s` passed with the registry still out: exit 1 and a message naming it
+
+Before the outages, the source-lag alarm (app/state/sources.py): the connector sends heartbeats every 2 s through a
+heartbeat table; it is then stalled as the issue found it (Kafka Connect says RUNNING while another backend holds
+its replication slot), the job must warn within `recovery.source_stalled_after_s` with no batch running, and
+`scripts/stack.sh unstick` must bring it back.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -31,14 +37,16 @@ from typing import Any
 
 import psycopg
 import pytest
+import requests
 import yaml
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig
 from app.errors import required
 from app.state.status import read_status, status_path
+from devkit.connect import heartbeat_config, heartbeat_table_ddl
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
-from tests.support.cdc import debezium_connector, job_config_for, wait_for_records
+from tests.support.cdc import CONNECT_URL, PG_DSN, debezium_connector, job_config_for, wait_for_records
 from tests.support.jobprocess import Job, kill
 from tests.support.pipeline import source_schema
 from tests.support.tcp_proxy import FaultProxy
@@ -54,7 +62,11 @@ create table {SCHEMA}.items (id int primary key, name text, qty int);
 create table {SCHEMA}.orders (id int primary key, region text, amount numeric(10,2));
 insert into {SCHEMA}.items select i, 'item ' || i, i from generate_series(1, 30) i;
 insert into {SCHEMA}.orders select i, 'r' || (i % 2), i * 1.5 from generate_series(1, 30) i;
+{heartbeat_table_ddl(f"{SCHEMA}.heartbeat")};
 """
+CONNECTOR = f"out-{RUN_ID}"
+SLOT, PUBLICATION = f"{CONNECTOR}_slot".replace("-", "_"), f"{CONNECTOR}_pub".replace("-", "_")
+STALLED_AFTER_S = 20
 OUTAGE_S = 60
 CATCH_UP_S = 240
 KAFKA_PROXIED_LISTENER_PORT = 9094  # scripts/stack.sh: the broker's listener that advertises the proxy's port
@@ -120,7 +132,8 @@ def _job_conf(config: JobConfig, proxies: dict[str, FaultProxy], path: Path, **r
     raw["metastore"]["jdbc_url"] = f"jdbc:postgresql://{proxies['metastore'].address}/metastore"
     raw.pop("sources", None)
     raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId", "snapshot_new_columns": "none",
-                     "tables": {f"{SCHEMA}.orders": {"partition_by": "region"}}}
+                     "tables": {f"{SCHEMA}.orders": {"partition_by": "region"}},
+                     "heartbeat_table": f"{SCHEMA}.heartbeat"}
     lake = config.lake
     raw["lake"].update({"database": lake.database, "silver_path": lake.silver_path, "bronze_path": lake.bronze_path,
                         "checkpoint_path": lake.checkpoint_path})
@@ -133,7 +146,8 @@ def _job_conf(config: JobConfig, proxies: dict[str, FaultProxy], path: Path, **r
         "spark.metrics.conf.driver.sink.csv.period": "1", "spark.metrics.conf.driver.sink.csv.unit": "seconds",
         "spark.metrics.conf.driver.sink.csv.directory": str(path.parent / "metrics"),
     })
-    raw["recovery"] = {"backoff_s": 2, "max_backoff_s": 10, "give_up_after_s": 600, "heartbeat_s": 5, **recovery}
+    raw["recovery"] = {"backoff_s": 2, "max_backoff_s": 10, "give_up_after_s": 600, "heartbeat_s": 5,
+                       "source_stalled_after_s": STALLED_AFTER_S, **recovery}
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -151,7 +165,8 @@ def setup(
     }
     for proxy in proxies.values():
         proxy.up()
-    with source_schema(SCHEMA, DDL) as pg, debezium_connector(f"out-{RUN_ID}", PREFIX, [SCHEMA]):
+    heartbeats = heartbeat_config(f"{SCHEMA}.heartbeat", interval_ms=2000)
+    with source_schema(SCHEMA, DDL) as pg, debezium_connector(CONNECTOR, PREFIX, [SCHEMA], settings=heartbeats):
         config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/outages")
         job = Job(_job_conf(config, proxies, folder / "job.yaml"), folder)
         setup = Setup(config, job, proxies, pg)
@@ -243,6 +258,14 @@ def _gauge(setup: Setup, name: str) -> float:
     return float(rows[-1].split(",")[1])
 
 
+def _wait_gauge(setup: Setup, name: str, value: float, timeout_s: float = 10) -> None:
+    """The CSV sink writes every second: wait for a gauge to read `value`."""
+    deadline = time.monotonic() + timeout_s
+    while (seen := _gauge(setup, name)) != value:
+        assert time.monotonic() < deadline, f"{name} is {seen}, not {value}"
+        time.sleep(0.5)
+
+
 def test_metrics_reach_sparks_sinks_and_the_log(setup: Setup) -> None:
     label = PREFIX  # the source's label: its topic prefix
     items, orders = f"{DATABASE}.{SCHEMA}_items", f"{DATABASE}.{SCHEMA}_orders"
@@ -261,6 +284,81 @@ def test_metrics_reach_sparks_sinks_and_the_log(setup: Setup) -> None:
     first = lines[0]
     assert set(first["sources"]) == {label} and first["sources"][label]["freshness_s"] > 0, first
     print(f"\nthe first batch's metrics line: {json.dumps(first)}")
+
+
+def _slot_holder(pg: psycopg.Connection) -> tuple[int | None, str | None]:
+    row = pg.execute("select s.active_pid, a.application_name from pg_replication_slots s left join "
+                     "pg_stat_activity a on a.pid = s.active_pid where s.slot_name = %s", (SLOT,)).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
+def _hold_the_slot(pg: psycopg.Connection) -> subprocess.Popen[bytes]:
+    """The issue's stuck connector: its walsender ended, another backend (pg_recvlogical here, an earlier task's
+    connection there) takes the slot before the connector's retry does. The holder must not move the slot on (the
+    connector's offset would be gone from the server): it never times out (`wal_sender_timeout=0` for its
+    connection), sends no status but the first (whose position is none), and is stopped (SIGSTOP) once it holds
+    the slot."""
+    dsn = dict(part.split("=", 1) for part in PG_DSN.split())
+    env = {"PGPASSWORD": dsn["password"], "PGOPTIONS": "-c wal_sender_timeout=0", "PATH": "/usr/bin:/bin"}
+    deadline = time.monotonic() + 60
+    while True:
+        pid, _ = _slot_holder(pg)
+        if pid is not None:
+            pg.execute("select pg_terminate_backend(%s)", (pid,))
+        holder = subprocess.Popen(
+            ["/usr/lib/postgresql/15/bin/pg_recvlogical", "-h", dsn["host"], "-p", dsn["port"], "-U", dsn["user"],
+             "-d", dsn["dbname"], "--slot", SLOT, "--start", "--no-loop", "-s", "86400", "-f", "/dev/null",
+             "-o", "proto_version=1", "-o", f"publication_names={PUBLICATION}"], env=env, stderr=subprocess.DEVNULL)
+        for _ in range(40):
+            if holder.poll() is not None or _slot_holder(pg)[1] == "pg_recvlogical":
+                break
+            time.sleep(0.05)
+        if holder.poll() is None and _slot_holder(pg)[1] == "pg_recvlogical":
+            holder.send_signal(signal.SIGSTOP)
+            return holder
+        holder.kill()
+        holder.wait(10)
+        assert time.monotonic() < deadline, f"could not take slot {SLOT}: {_slot_holder(pg)}"
+
+
+def test_a_stalled_connector_raises_the_source_lag_alarm(spark: SparkSession, setup: Setup) -> None:
+    label = PREFIX
+    # Idle but heartbeating: the heartbeat table's changes arrive (Bronze only), the source is not stalled.
+    time.sleep(STALLED_AFTER_S + 5)
+    status = read_status(status_path(setup.config), "http://127.0.0.1:9000")
+    assert status["sources"][label]["stalled"] is False and status["sources"][label]["age_s"] < STALLED_AFTER_S, status
+    assert f"{PREFIX}.{SCHEMA}.heartbeat" in status["skipped_topics"], status["skipped_topics"]
+    assert not _said(setup, "SOURCE STALLED"), _said(setup, "SOURCE STALLED")
+    since = len(setup.job.log_lines())
+    holder = _hold_the_slot(setup.pg)
+    stalled_at = time.monotonic()
+    try:
+        while not (said := _said(setup, f"SOURCE STALLED: source {label}", since)):
+            assert time.monotonic() - stalled_at < STALLED_AFTER_S + 60, setup.job.log_lines()[since:][-20:]
+            time.sleep(1)
+        alarm_s = time.monotonic() - stalled_at
+        connector = requests.get(f"{CONNECT_URL}/connectors/{CONNECTOR}/status", timeout=10).json()
+        print(f"\nthe alarm {alarm_s:.0f} s after the slot was taken (threshold {STALLED_AFTER_S} s), Connect says "
+              f"{connector['connector']['state']}/{[t['state'] for t in connector['tasks']]}:\n{said[0][:400]}")
+        assert connector["connector"]["state"] == "RUNNING", connector
+        _wait_gauge(setup, f"source.{label}.stalled", 1)
+        assert _status(setup.job.conf).returncode == 4
+        assert setup.process.poll() is None  # an alarm, not an exit
+    finally:
+        unstick = subprocess.run(["bash", "scripts/stack.sh", "unstick", CONNECTOR], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=120, check=False)
+        holder.kill()  # its backend is gone; the stopped client itself does not notice
+        holder.wait(30)
+    print(unstick.stdout)
+    assert unstick.returncode == 0, unstick.stderr
+    setup.change()
+    catch_up = _wait_equal(spark, setup, "the connector was unstuck")
+    print(f"equal to PostgreSQL {catch_up:.1f} s after `scripts/stack.sh unstick`")
+    deadline = time.monotonic() + 30
+    while not _said(setup, f"source {label} delivers again", since):
+        assert time.monotonic() < deadline, setup.job.log_lines()[since:][-20:]
+        time.sleep(1)
+    _wait_gauge(setup, f"source.{label}.stalled", 0)
 
 
 def test_the_broker_cut_off_longer_than_sparks_retries(spark: SparkSession, setup: Setup) -> None:
