@@ -23,6 +23,7 @@ from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, check_routes, skip_reason
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
+from app.state.layout import check_layouts, log_unmatched, unmatched_settings
 from app.state.metrics import JobMetrics, MetricsListener
 from app.state.preflight import check_services
 from app.state.resume import kafka_partitions, resume_offsets
@@ -49,8 +50,9 @@ def start_query(
     status (app/state/status.py) is written first: routes, skipped topics, stale tables; then after every batch.
 
     Raises:
-        ConfigError: a service's setting is wrong (app/state/preflight.py), or two of the subscribed topics map to
-            one Silver table (app/routing/route.py).
+        ConfigError: a service's setting is wrong (app/state/preflight.py), two of the subscribed topics map to
+            one Silver table (app/routing/route.py), or a table's setting would change what an existing Silver
+            table was created with (app/state/layout.py).
         EnvelopeError: topics merged into one table disagree on a column's type (their latest schemas).
         RerouteError: a topic feeds another table now than the one that applied its offsets (app/state/status.py).
         ResumeError: the checkpoint is missing and the tables record no offsets.
@@ -88,12 +90,16 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
         log.info("topic %s feeds no table: %s", topic, reason)
     stale, rerouted = stale_tables(spark, config, routes)
     log_stale(stale)
+    unmatched = unmatched_settings(config, routes)
+    log_unmatched(unmatched)
     status = processor.status = load_status(spark, config)
     status.record_start(conf_file, routes, skipped, stale)
+    status.unmatched_settings = unmatched
     processor.write_status = True
     try:
         if rerouted:
             raise reroute_error(rerouted)
+        check_layouts(spark, config, routes)
         processor.planner.check_merges_at_start(spark, routes)
     except PipelineError as e:
         status.record_failure(e)

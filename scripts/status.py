@@ -47,14 +47,7 @@ def summary(status: dict[str, Any], location: str) -> str:
                      f"{len(last['tables'])} tables, {len(last['skipped_topics'])} topics skipped")
     lines.append(f"  failure: {status['failure'] or 'none'}")
     lines.append(f"  heartbeat: {status.get('heartbeat_at') or 'none yet'}")
-    outage = status.get("outage")
-    if outage:
-        lines.append(f"  OUTAGE: waiting for {outage['service']} since {outage['since']} (attempt {outage['attempt']}, "
-                     f"next at {outage['next_attempt_at']}): {outage['error']}")
-    for label, source in sorted((status.get("sources") or {}).items()):
-        seen = source["delivered_at"] or "nothing since the job started"
-        lines.append(f"  source {label}: {'STALLED, ' if source['stalled'] else ''}last delivered {seen} "
-                     f"({source['age_s']:.0f} s before the heartbeat)")
+    lines.extend(_outage_and_sources(status))
     lines.append("tables (each at its latest batch):")
     for name, t in sorted(status["tables"].items()):
         figures = " ".join(f"{k}={t[k]}" for k in FIGURES)
@@ -77,6 +70,10 @@ def summary(status: dict[str, Any], location: str) -> str:
         kinds = ", ".join(f"{k}={n}" for k, n in sorted(d["kinds"].items()))
         more = " (more not listed)" if d.get("diverged_keys_truncated") else ""
         lines.append(f"  {name}: {d['records']} records ({kinds}); diverged keys: {len(d['diverged_keys'])}{more}")
+    unmatched = status.get("unmatched_settings") or {}
+    lines.append("table settings naming no table yet:" + ("" if unmatched else " none"))
+    for key, topic in sorted(unmatched.items()):
+        lines.append(f"  {key}: no subscribed topic {topic}")
     lines.append("stale tables (fed by no subscribed topic):" + ("" if status["stale_tables"] else " none"))
     for name, reason in sorted(status["stale_tables"].items()):
         lines.append(f"  {name}: {reason}")
@@ -117,6 +114,19 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 4
     return 1 if status.get("failure") else 0
+
+
+def _outage_and_sources(status: dict[str, Any]) -> list[str]:
+    lines = []
+    outage = status.get("outage")
+    if outage:
+        lines.append(f"  OUTAGE: waiting for {outage['service']} since {outage['since']} (attempt {outage['attempt']}, "
+                     f"next at {outage['next_attempt_at']}): {outage['error']}")
+    for label, source in sorted((status.get("sources") or {}).items()):
+        seen = source["delivered_at"] or "nothing since the job started"
+        lines.append(f"  source {label}: {'STALLED, ' if source['stalled'] else ''}last delivered {seen} "
+                     f"({source['age_s']:.0f} s before the heartbeat)")
+    return lines
 
 
 def parse_age(text: str) -> float:

@@ -216,13 +216,22 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     return found is not None and len(found) > 0
 
 
-_RECORDED_KEYS: dict[str, tuple[str, ...]] = {}  # table path -> its record key; a table's key never changes
+@dataclass(frozen=True)
+class RecordedLayout:
+    """What a Hudi table was created with (its hoodie.properties): fixed for the table's life."""
+
+    record_key: tuple[str, ...] | None
+    partition_field: str | None  # None: not partitioned
+    table_type: str
 
 
-def recorded_record_key(spark: SparkSession, path: str) -> tuple[str, ...] | None:
-    """The record key fields a Hudi table was created with (`hoodie.table.recordkey.fields` in its
-    hoodie.properties); None when there is no table there yet. Read once per table and process."""
-    known = _RECORDED_KEYS.get(path)
+_RECORDED: dict[str, RecordedLayout] = {}  # table path -> its layout; a table's layout never changes
+
+
+def recorded_layout(spark: SparkSession, path: str) -> RecordedLayout | None:
+    """The record key fields, partition field and table type a Hudi table was created with (`hoodie.table.*` in
+    its hoodie.properties); None when there is no table there yet. Read once per table and process."""
+    known = _RECORDED.get(path)
     if known is not None:
         return known
     fs, properties = fs_and_path(spark, f"{path.rstrip('/')}/.hoodie/hoodie.properties")
@@ -234,12 +243,24 @@ def recorded_record_key(spark: SparkSession, path: str) -> tuple[str, ...] | Non
         props.load(stream)
     finally:
         stream.close()
-    fields = props.getProperty("hoodie.table.recordkey.fields")
-    if not fields:
-        return None
-    key = tuple(f.strip() for f in str(fields).split(","))
-    _RECORDED_KEYS[path] = key
-    return key
+
+    def fields(name: str) -> tuple[str, ...] | None:
+        value = props.getProperty(name)
+        # Hudi 1.x may qualify a partition field with its key generator's type (`region:SIMPLE`).
+        names = tuple(f.strip().split(":")[0] for f in str(value).split(",") if f.strip()) if value else ()
+        return names or None
+
+    partition = fields("hoodie.table.partition.fields")
+    layout = RecordedLayout(fields("hoodie.table.recordkey.fields"), ",".join(partition) if partition else None,
+                            str(props.getProperty("hoodie.table.type") or "COPY_ON_WRITE"))
+    _RECORDED[path] = layout
+    return layout
+
+
+def recorded_record_key(spark: SparkSession, path: str) -> tuple[str, ...] | None:
+    """The record key fields a Hudi table was created with; None when there is no table there yet."""
+    layout = recorded_layout(spark, path)
+    return None if layout is None else layout.record_key
 
 
 COMMIT_ACTIONS = ("commit", "deltacommit", "replacecommit")

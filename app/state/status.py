@@ -93,6 +93,8 @@ class JobStatus:
     heartbeat_at: str | None = None
     # Per source: when its connector last delivered a record, how long ago, whether stalled (app/state/sources.py).
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Per-table settings whose table no subscribed topic feeds yet: their key -> the topic expected.
+    unmatched_settings: dict[str, str] = field(default_factory=dict)
 
     def set_routes(self, routes: Iterable[TableRoute]) -> None:
         self.routes = {r.topic: {"table": r.qualified_name, "why": why(r)} for r in routes}

@@ -132,7 +132,9 @@ def _job_conf(config: JobConfig, proxies: dict[str, FaultProxy], path: Path, **r
     raw["metastore"]["jdbc_url"] = f"jdbc:postgresql://{proxies['metastore'].address}/metastore"
     raw.pop("sources", None)
     raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId", "snapshot_new_columns": "none",
-                     "tables": {f"{SCHEMA}.orders": {"partition_by": "region"}},
+                     # a misspelt table: accepted (tables may come later), said at start and in the status
+                     "tables": {f"{SCHEMA}.orders": {"partition_by": "region"},
+                                f"{SCHEMA}.ordres": {"delete_mode": "soft"}},
                      "heartbeat_table": f"{SCHEMA}.heartbeat"}
     lake = config.lake
     raw["lake"].update({"database": lake.database, "silver_path": lake.silver_path, "bronze_path": lake.bronze_path,
@@ -281,6 +283,10 @@ def test_metrics_reach_sparks_sinks_and_the_log(setup: Setup) -> None:
     lines = [json.loads(line.split(" metrics ", 1)[1]) for line in _said(setup, "app.metrics: metrics {")]
     for table in (items, orders):  # the snapshot's 30 rows each, over the batches so far
         assert sum(line["tables"].get(table, {}).get("rows_applied", 0) for line in lines) == 30, lines
+    unmatched = f'source.tables."{SCHEMA}.ordres"'
+    assert _said(setup, f"config {unmatched} names no table yet: no subscribed topic is {PREFIX}.{SCHEMA}.ordres")
+    status = read_status(status_path(setup.config), "http://127.0.0.1:9000")
+    assert status["unmatched_settings"] == {unmatched: f"{PREFIX}.{SCHEMA}.ordres"}, status["unmatched_settings"]
     first = lines[0]
     assert set(first["sources"]) == {label} and first["sources"][label]["freshness_s"] > 0, first
     print(f"\nthe first batch's metrics line: {json.dumps(first)}")
