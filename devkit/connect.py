@@ -87,9 +87,15 @@ def postgres_connector_config(
     framing: str = "id4",
     id_type: str = "contentId",
     publish_via_partition_root: bool = False,
+    schema_publication: bool = False,
 ) -> dict[str, str]:
     """A Debezium PostgreSQL connector (pgoutput) capturing `schemas` into `<topic_prefix>.<schema>.<table>`,
     its converters writing `framing` with `id_type` ids (see converter_config).
+
+    `schema_publication`: the connector uses a publication made beforehand by `create_schema_publication` (`FOR
+    TABLES IN SCHEMA`, PostgreSQL 15), which takes in a table created later in those schemas at once, without a
+    connector restart (docs/sources.md "New tables"); otherwise Debezium creates a publication of the tables that
+    exist at its start (`filtered`).
 
     `publish_via_partition_root`: a partitioned table's changes carry the partitioned table's name instead of
     each partition's. The connector applies it only when it creates the publication: check an existing one with
@@ -107,7 +113,7 @@ def postgres_connector_config(
         "schema.include.list": ",".join(schemas),
         "slot.name": f"{name}_slot".replace("-", "_"),
         "publication.name": f"{name}_pub".replace("-", "_"),
-        "publication.autocreate.mode": "filtered",
+        "publication.autocreate.mode": "disabled" if schema_publication else "filtered",
         "schema.name.adjustment.mode": "avro",
         "snapshot.mode": "initial",
         "publish.via.partition.root": str(publish_via_partition_root).lower(),
@@ -144,6 +150,19 @@ def check_publication_mode(connection: Any, publication: str, publish_via_partit
         f"(publish_via_partition_root = {str(publish_via_partition_root).lower()}) (or drop it and let the "
         f"connector create it), or change the connector setting"
     )
+
+
+def create_schema_publication(
+    connection: Any, publication: str, schemas: list[str], publish_via_partition_root: bool = False
+) -> None:
+    """`CREATE PUBLICATION <publication> FOR TABLES IN SCHEMA <schemas>` unless it exists (PostgreSQL 15; a
+    superuser's statement, as on RDS the `rds_superuser` role's)."""
+    cursor = connection.cursor()
+    cursor.execute("select 1 from pg_catalog.pg_publication where pubname = %s", (publication,))
+    if cursor.fetchone() is None:
+        via_root = str(publish_via_partition_root).lower()
+        cursor.execute(f"create publication {publication} for tables in schema {', '.join(schemas)} "
+                       f"with (publish_via_partition_root = {via_root})")
 
 
 def drop_replication_slot(connection: Any, slot: str, timeout_s: float = 30.0) -> None:

@@ -168,7 +168,8 @@ def setup(
     for proxy in proxies.values():
         proxy.up()
     heartbeats = heartbeat_config(f"{SCHEMA}.heartbeat", interval_ms=2000)
-    with source_schema(SCHEMA, DDL) as pg, debezium_connector(CONNECTOR, PREFIX, [SCHEMA], settings=heartbeats):
+    with source_schema(SCHEMA, DDL) as pg, debezium_connector(CONNECTOR, PREFIX, [SCHEMA], settings=heartbeats,
+                                                               schema_publication=True):
         config = job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/outages")
         job = Job(_job_conf(config, proxies, folder / "job.yaml"), folder)
         setup = Setup(config, job, proxies, pg)
@@ -290,6 +291,46 @@ def test_metrics_reach_sparks_sinks_and_the_log(setup: Setup) -> None:
     first = lines[0]
     assert set(first["sources"]) == {label} and first["sources"][label]["freshness_s"] > 0, first
     print(f"\nthe first batch's metrics line: {json.dumps(first)}")
+
+
+def _batches_done(setup: Setup) -> int:
+    """The id of the job's latest completed batch (its log), -1 before any."""
+    done = [int(line.split("batch=")[1].split()[0]) for line in setup.job.log_lines() if " done tables=" in line]
+    return max(done, default=-1)
+
+
+def test_a_table_created_upstream_flows_without_a_restart(spark: SparkSession, setup: Setup) -> None:
+    """The connector's publication follows the schema (FOR TABLES IN SCHEMA, devkit/connect.py): a table created
+    while the job and the connector run reaches the lake with neither restarted."""
+    runs, before = setup.job.runs, _batches_done(setup)
+    created = time.monotonic()
+    with setup.pg.transaction():
+        setup.pg.execute(f"create table {SCHEMA}.added (id int primary key, note text)")
+        setup.pg.execute(f"insert into {SCHEMA}.added select i, 'note ' || i from generate_series(1, 5) i")
+    setup.pg.execute(f"update {SCHEMA}.added set note = 'changed' where id = 2")
+    setup.pg.execute(f"delete from {SCHEMA}.added where id = 5")
+    expected = {r[0]: tuple(r) for r in setup.pg.execute(f"select id, note from {SCHEMA}.added").fetchall()}
+    path = setup.config.lake.table_path(f"{SCHEMA}_added")
+    while True:
+        try:
+            actual = {r[0]: tuple(r) for r in spark.read.format("hudi").load(path).select("id", "note").collect()}
+        except Exception:  # not created yet
+            actual = {}
+        if actual == expected:
+            break
+        assert time.monotonic() - created < 120, (actual, expected, setup.job.log_lines()[-20:])
+        time.sleep(1)
+    queryable = time.monotonic() - created
+    deadline = time.monotonic() + 30  # the table's log line follows its commit
+    while not (lines := [line for line in setup.job.log_lines() if f"table={DATABASE}.{SCHEMA}_added " in line]):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    first = min(int(line.split("batch=")[1].split()[0]) for line in lines)
+    print(f"\nnew table queryable {queryable:.1f} s after its CREATE TABLE; its first rows in batch {first}, "
+          f"{first - before} batches after the last one before it")
+    assert setup.job.runs == runs and setup.process.poll() is None  # no restart of the job, nor of the connector
+    connector = requests.get(f"{CONNECT_URL}/connectors/{CONNECTOR}/status", timeout=10).json()
+    assert [t["state"] for t in connector["tasks"]] == ["RUNNING"], connector
 
 
 def _slot_holder(pg: psycopg.Connection) -> tuple[int | None, str | None]:

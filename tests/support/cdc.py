@@ -21,6 +21,7 @@ from devkit.connect import (
     MariaDbSource,
     PostgresSource,
     check_publication_mode,
+    create_schema_publication,
     drop_replication_slot,
     mariadb_connector_config,
     postgres_connector_config,
@@ -57,18 +58,22 @@ def debezium_connector(
     framing: str = "id4",
     id_type: str = "contentId",
     publish_via_partition_root: bool = False,
+    schema_publication: bool = False,
 ) -> Iterator[ConnectClient]:
     """Register a connector for `schemas`, wait until it runs; delete it and drop its slot and publication
     afterwards. `settings` add or override connector settings (e.g. decimal.handling.mode); `framing` and
     `id_type` choose the converters' wire framing (app/connect.converter_config). An existing publication of
-    the other partition-root mode is refused (app/connect.check_publication_mode)."""
+    the other partition-root mode is refused (app/connect.check_publication_mode). `schema_publication`: a
+    `FOR TABLES IN SCHEMA` publication made first, so tables created later are captured without a restart."""
     client = ConnectClient(CONNECT_URL)
     base = postgres_connector_config(
         name, source, topic_prefix, schemas, REGISTRY_URL, framing=framing, id_type=id_type,
-        publish_via_partition_root=publish_via_partition_root,
+        publish_via_partition_root=publish_via_partition_root, schema_publication=schema_publication,
     )
     config = {**base, **(settings or {})}
     with psycopg.connect(PG_DSN.replace("dbname=source", f"dbname={source.dbname}"), autocommit=True) as conn:
+        if schema_publication:
+            create_schema_publication(conn, config["publication.name"], schemas, publish_via_partition_root)
         check_publication_mode(conn, config["publication.name"], config["publish.via.partition.root"] == "true")
     client.put_connector(name, config)
     client.wait_running(name)
