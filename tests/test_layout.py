@@ -13,6 +13,7 @@ from app.config import JobConfig, PartitionSpec, parse_config
 from app.errors import ConfigError
 from app.routing.route import check_routes
 from app.sink.hudi import HudiTarget, recorded_layout, write_silver
+from app.sink.lakefs import fs_and_path
 from app.state.layout import check_layouts, unmatched_settings
 
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
@@ -96,6 +97,21 @@ def test_delete_mode_and_name_may_change(spark: SparkSession, lake: str) -> None
     routes = check_routes(config, ["p.s.plain", "p.s.parts"])
     assert {r.qualified_name for r in routes} == {"lake.plain_2", "lake.s_parts"}
     check_layouts(spark, config, routes)
+
+
+def test_a_table_whose_creation_was_interrupted_is_not_held_to_its_layout(spark: SparkSession, lake: str) -> None:
+    """hoodie.properties written, no commit completed: the next write creates the table afresh (app/sink/creation.py),
+    under the config's settings."""
+    fs, source = fs_and_path(spark, f"{lake}/lake/s_plain/.hoodie/hoodie.properties")
+    _, target = fs_and_path(spark, f"{lake}/lake/s_new/.hoodie/hoodie.properties")
+    stream, out = fs.open(source), fs.create(target)
+    try:
+        spark.sparkContext._jvm.org.apache.hadoop.io.IOUtils.copyBytes(stream, out, 4096)  # type: ignore[union-attr]
+    finally:
+        stream.close()
+        out.close()
+    config = _config(lake, {**AS_CREATED, "s.new": {"partition_by": "region"}})
+    check_layouts(spark, config, check_routes(config, ["p.s.plain", "p.s.parts", "p.s.new"]))
 
 
 def test_a_setting_naming_no_table_is_listed() -> None:

@@ -253,7 +253,8 @@ def recorded_layout(spark: SparkSession, path: str) -> RecordedLayout | None:
     partition = fields("hoodie.table.partition.fields")
     layout = RecordedLayout(fields("hoodie.table.recordkey.fields"), ",".join(partition) if partition else None,
                             str(props.getProperty("hoodie.table.type") or "COPY_ON_WRITE"))
-    _RECORDED[path] = layout
+    if layout.record_key is not None:  # else a table whose creation did not get that far: read it again later
+        _RECORDED[path] = layout
     return layout
 
 

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from app.config import JobConfig
 from app.errors import ConfigError
 from app.routing.route import TableRoute
-from app.sink.hudi import recorded_layout
+from app.sink.hudi import recorded_layout, table_exists
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,11 @@ def check_layouts(spark: SparkSession, config: JobConfig, routes: Iterable[Table
         if route.qualified_name in seen:
             continue
         seen.add(route.qualified_name)
-        recorded = recorded_layout(spark, config.lake.table_path(route.table, route.database))
-        if recorded is None:
+        path = config.lake.table_path(route.table, route.database)
+        recorded = recorded_layout(spark, path)
+        # A table whose creation was interrupted (no completed commit) is created afresh by its next write
+        # (app/sink/creation.py), under the settings of that write.
+        if recorded is None or recorded.record_key is None or not table_exists(spark, path):
             continue
         source = next(s for s in config.source_list if s.label == route.source)
         override = source.table_config(route.source_key)

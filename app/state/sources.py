@@ -12,9 +12,10 @@ check, the gauge `source.<name>.stalled` = 1, status.json's `sources`) until a r
 The job knows what a source delivered only up to where it last looked: the start of its latest batch (the offsets a
 trigger takes), or now while Spark's latest trigger found nothing new (the query idle). So the age is counted to the
 latest batch's start while a batch runs or the next trigger is yet to look, and a long batch does not read as a
-silent source. Before the first batch, the clock starts at the job's start. A job reading a backlog sees old
-timestamps: the alarm then says the lake is behind by that much, and the Kafka lag it names tells a backlog in Kafka
-from a silent connector.
+silent source. Before the first batch the job has looked only once Spark's trigger found nothing (idle): the clock
+then runs from the job's start, so a slow start is not a silent source, and a source silent from the start is. A
+job reading a backlog sees old timestamps: the alarm then says the lake is behind by that much, and the Kafka lag it
+names tells a backlog in Kafka from a silent connector.
 """
 from __future__ import annotations
 
@@ -76,7 +77,10 @@ class SourceWatch:
         seen all there is until now): log a source turning stalled (WARNING) or delivering again (INFO), set its
         gauges; returns status.json's `sources` (label -> delivered_at, age_s, stalled)."""
         after_s = self.config.recovery.source_stalled_after_s
-        now_ms = int(self.clock() * 1000) if idle or self.looked_ms is None else self.looked_ms
+        if idle:
+            now_ms = int(self.clock() * 1000)
+        else:  # what the job saw at its latest look; before any, nothing is known yet
+            now_ms = self.looked_ms if self.looked_ms is not None else self.started_ms
         report: dict[str, Any] = {}
         with self._lock:
             for source in self.config.source_list:

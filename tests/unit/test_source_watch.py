@@ -89,8 +89,9 @@ def test_the_age_counts_to_where_the_job_last_looked() -> None:
     """A long batch, or a trigger not yet run after it, is not a silent source: the job has not looked since."""
     clock = Clock()
     watch = SourceWatch(_config(), clock)
-    clock.now = T0 + 100  # before any batch, the clock runs from the job's start
-    assert watch.check()["pg"] == {"delivered_at": None, "age_s": 100.0, "stalled": True}
+    clock.now = T0 + 100  # before any batch: a slow start knows nothing yet; an idle query has looked
+    assert watch.check()["pg"] == {"delivered_at": None, "age_s": 0.0, "stalled": False}
+    assert watch.check(idle=True)["pg"] == {"delivered_at": None, "age_s": 100.0, "stalled": True}
     _batch(watch, clock, {"p.s.a": 99})
     clock.now = T0 + 400  # the batch ran for 300 s; the next trigger has not looked yet
     watch.begin_batch()  # its records not read yet
