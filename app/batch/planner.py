@@ -190,9 +190,8 @@ class Planner:
             else:
                 dead.append(decoded)
         dead_df = union(dead) if dead else None
-        discriminator = route.discriminator
-        if record_key is not None and discriminator is not None and discriminator.column not in record_key:
-            record_key = (*record_key, discriminator.column)
+        if record_key is not None:
+            record_key = route.written_key(record_key)
         if not slices:  # only tombstones, or records that cannot be decoded
             return TablePlan(route, None, None, None, stats, summary, dead_df=dead_df, source_df=framed_df,
                              key_schemas=key_schemas)

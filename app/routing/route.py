@@ -64,6 +64,11 @@ class TableRoute:
     def qualified_name(self) -> str:
         return f"{self.database}.{self.table}"
 
+    def written_key(self, key: tuple[str, ...]) -> tuple[str, ...]:
+        """A record key as the table is written: a shard's discriminator column appended when not in it."""
+        column = self.discriminator.column if self.discriminator is not None else None
+        return key if column is None or column in key else (*key, column)
+
     @property
     def source_key(self) -> str:
         """The key of the table's overrides: `<schema>.<table>` (`<database>.<schema>.<table>`)."""

@@ -63,10 +63,8 @@ def check_layouts(spark: SparkSession, config: JobConfig, routes: Iterable[Table
         source = next(s for s in config.source_list if s.label == route.source)
         override = source.table_config(route.source_key)
         table = f"{route.qualified_name} (topic {route.topic})"
-        key = route.record_key
-        if key is not None and route.discriminator is not None and route.discriminator.column not in key:
-            key = (*key, route.discriminator.column)  # as the planner writes it
-        if key is not None and recorded.record_key is not None and key != recorded.record_key:
+        key = None if route.record_key is None else route.written_key(route.record_key)
+        if key is not None and key != recorded.record_key:
             raise ConfigError(config.table_setting_key(route.source, route.source_key, "record_key"),
                               f"{table} was created with record key {list(recorded.record_key)}, the config says "
                               f"{list(key)}; {REBUILD}")
