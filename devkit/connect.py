@@ -317,6 +317,20 @@ class ConnectClient:
             time.sleep(0.5)
         raise TimeoutError(f"connector {name} not RUNNING after {timeout_s}s: {last}")
 
+    def reset_offsets(self, name: str) -> None:
+        """Stop a connector and delete its stored source offsets (KIP-875, Connect 3.6+): on `resume` it starts
+        as new, a Debezium connector with `snapshot.mode=initial` snapshotting its tables again."""
+        requests.put(f"{self.url}/connectors/{name}/stop", timeout=self.timeout_s).raise_for_status()
+        self._wait_state(name, "STOPPED")
+        r = requests.delete(f"{self.url}/connectors/{name}/offsets", timeout=self.timeout_s)
+        if r.status_code >= 300:
+            raise RuntimeError(f"cannot reset offsets of {name}: HTTP {r.status_code} {r.text[:500]}")
+
+    def resume(self, name: str) -> None:
+        """Run a stopped or paused connector again, and wait until it runs."""
+        requests.put(f"{self.url}/connectors/{name}/resume", timeout=self.timeout_s).raise_for_status()
+        self.wait_running(name)
+
     def delete_connector(self, name: str, reset_offsets: bool = False) -> None:
         """Delete a connector; with reset_offsets also its stored source offsets (KIP-875, Connect 3.6+).
 
@@ -324,11 +338,7 @@ class ConnectClient:
         which fails once its replication slot is gone. Resetting needs the connector STOPPED first.
         """
         if reset_offsets and requests.get(f"{self.url}/connectors/{name}", timeout=self.timeout_s).ok:
-            requests.put(f"{self.url}/connectors/{name}/stop", timeout=self.timeout_s).raise_for_status()
-            self._wait_state(name, "STOPPED")
-            r = requests.delete(f"{self.url}/connectors/{name}/offsets", timeout=self.timeout_s)
-            if r.status_code >= 300:
-                raise RuntimeError(f"cannot reset offsets of {name}: HTTP {r.status_code} {r.text[:500]}")
+            self.reset_offsets(name)
         r = requests.delete(f"{self.url}/connectors/{name}", timeout=self.timeout_s)
         if r.status_code not in (204, 404):
             r.raise_for_status()

@@ -5,6 +5,8 @@
     ledger read    the delete ledger's keys (hard-delete tables), so an older event never revives a deleted row
     count          the latest event per key judged and counted (one aggregate over the persisted events); a row
                    to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first
+    unread rows    only when a full snapshot of the table ended in the batch (its last read): the table's rows it
+                   did not read get a delete each (app/cdc/unread.py), and the events are judged again
     dead letters   the events that cannot be applied (`_cdc_error`) and the records found unusable before decoding,
                    to the dead-letter table, before the table's commit (app/sink/deadletters.py); in fail-fast
                    mode the first of them stops the batch instead
@@ -53,11 +55,13 @@ from app.cdc.columns import (
     PARTITION_COL,
     POSITION_COL,
     REINSERT_COL,
+    SNAPSHOT_END_COL,
     SOURCE_TS_COL,
     TOPIC_COL,
     UNAVAILABLE_COL,
 )
 from app.cdc.unavailable import is_pending, is_unresolved
+from app.cdc.unread import with_unread_deletes
 from app.cdc.unwrap import OP_READ, is_delete
 from app.config import JobConfig
 from app.errors import EnvelopeError, SchemaDecodeError, SinkWriteError, java_root_cause, required
@@ -248,6 +252,10 @@ class TableWriter:
         try:
             step.enter("count", plan.stats.steps_s)
             judged_df, counts = self._judge(plan, target, judged_df)
+            if counts["snapshot_end"] is not None and not self.replay and len(plan.topics_per_source()) < 2:
+                step.enter("unread rows", plan.stats.steps_s)
+                judged_df, counts = self._with_unread_deletes(plan, target, judged_df, ledger_df, counts=counts,
+                                                               batch_id=step.batch_id)
             if self.replay:
                 self._keep_verdicts(plan, target, judged_df)
             step.enter("dead letters", plan.stats.steps_s)
@@ -280,6 +288,30 @@ class TableWriter:
         if recorded:
             step.enter("ledger compaction", plan.stats.steps_s)
             self._compact_ledger(spark, target, step.batch_id)
+
+    def _with_unread_deletes(
+        self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame, ledger_df: DataFrame | None, *,
+        counts: dict[str, Any], batch_id: int,
+    ) -> tuple[DataFrame, dict[str, Any]]:
+        """A full snapshot of the table ended in the batch: its rows the snapshot did not read get a delete each
+        (app/cdc/unread.py), and the events are judged again. Positions of several source servers do not compare:
+        the caller leaves a table fed by several alone."""
+        spark = judged_df.sparkSession
+        if not table_exists(spark, target.path):
+            return judged_df, counts
+        key = required(plan.record_key, f"{plan.route.qualified_name}: the record key")
+        events_df = with_unread_deletes(required(plan.events_df, "the events"),
+                                        spark.read.format("hudi").load(target.path), key, counts["snapshot_end"],
+                                        counts["snapshot_end_ts_ms"])
+        with_unread = dataclasses.replace(plan, events_df=events_df)
+        judged_df.unpersist()
+        judged_df, counts = self._judge(with_unread, target, with_unread.judged_df(ledger_df).persist())
+        log.info(
+            "batch=%s table=%s: a full snapshot of the table ended at %s; %d row(s) it did not read deleted (gone "
+            "upstream while no change streamed)", batch_id, target.qualified_name, counts["snapshot_end"],
+            counts["unread_deletes"],
+        )
+        return judged_df, counts
 
     def _settle(self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame, step: Step, query_id: str) -> None:
         """The table's dead letters a snapshot read of the batch settles (module docstring: settle)."""
@@ -416,8 +448,9 @@ class TableWriter:
         stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
         stats.max_source_ts_ms = counts["max_source_ts_ms"]
         # Rows that are neither tombstones nor data changes: truncate and logical-message events.
-        stats.skipped = max(0, plan.summary.rows_in - stats.replayed - counts["events"] - counts["poison"])
-        stats.superseded = counts["events"] - stats.upserts - stats.deletes - stats.blocked
+        events = counts["events"] - counts["unread"]  # the batch's own, not the unread rows' deletes
+        stats.skipped = max(0, plan.summary.rows_in - stats.replayed - events - counts["poison"])
+        stats.superseded = events - stats.upserts - (stats.deletes - counts["unread_deletes"]) - stats.blocked
         if stats.unresolved:
             self._warn_unresolved(judged_df.filter(_written() & is_unresolved()), plan)
         return judged_df, counts
@@ -543,6 +576,9 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
     `max_position:<label>`). One aggregate."""
     latest, deleted, blocked = F.col(LATEST_COL), is_delete(judged_df.columns), F.col(BLOCKED_COL)
     good = F.col(ERROR_COL).isNull() if ERROR_COL in judged_df.columns else F.lit(True)
+    snapshot_end = F.coalesce(F.col(SNAPSHOT_END_COL), F.lit(False)) if SNAPSHOT_END_COL in judged_df.columns \
+        else F.lit(False)
+    unread = F.col(OFFSET_COL) == -1
     per_source = [
         F.max(F.when(latest & ~blocked & F.col(TOPIC_COL).isin(topics), F.col(POSITION_COL)))
         .alias(f"max_position:{label}")
@@ -552,6 +588,11 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
         F.count(F.when(good, 1)).alias("events"),
         F.count(F.when(~good, 1)).alias("poison"),
         F.count(F.when(good & (F.col(OP_COL) == OP_READ), 1)).alias("snapshot_reads"),
+        # A full snapshot's last read (app/cdc/unread.py), and the deletes of the rows it did not read (offset -1).
+        F.max(F.when(good & snapshot_end, F.col(POSITION_COL))).alias("snapshot_end"),
+        F.max(F.when(good & snapshot_end, F.col(SOURCE_TS_COL))).alias("snapshot_end_ts_ms"),
+        F.count(F.when(unread, 1)).alias("unread"),
+        F.count(F.when(unread & latest & deleted & ~blocked, 1)).alias("unread_deletes"),
         F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
         F.count(F.when(latest & deleted, 1)).alias("deletes"),
         F.count(F.when(latest & blocked, 1)).alias("blocked"),

@@ -29,7 +29,11 @@ TOPIC_COL: Final = "_cdc_topic"  # a table fed by several topics (app/batch/merg
 # decode sets it first (app/wire/decode.py, a lower layer); app/cdc/unwrap.py adds its own kinds. Such an event never
 # orders, carries or is written: it goes to the dead letters (app/sink/deadletters.py).
 ERROR_COL: Final = DECODE_ERROR_COL
-INTERNAL_COLUMNS = (UNAVAILABLE_COL, LATEST_COL, ERROR_COL)
+# A full snapshot's last read of a table (Debezium's `source.snapshot` `last` or `last_in_data_collection`: an
+# initial or blocking snapshot, or a connector's snapshot after its offsets were lost): rows it did not read are
+# gone upstream (app/cdc/unread.py).
+SNAPSHOT_END_COL: Final = "_cdc_snapshot_end"
+INTERNAL_COLUMNS = (UNAVAILABLE_COL, LATEST_COL, ERROR_COL, SNAPSHOT_END_COL)
 SEGMENT_COL: Final = "_cdc_segment"  # an event's place among its key's events (app/cdc/unwrap.py)
 
 # The delete ledger's verdict on each event (app/sink/ledger.py), and the ledger table's own position column.

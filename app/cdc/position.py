@@ -6,10 +6,16 @@ rendered as zero-padded, fixed-width fields of digits (hexadecimal in upper case
 order equals position order within one connector. A table is fed by one connector, so positions of different
 connectors are never compared; their widths differ and that is fine. The type never changes: `string`.
 
-    PostgreSQL   source.lsn                                   "XXXXXXXX/XXXXXXXX"   (the LSN, as PostgreSQL
-                                                                                      prints it, zero-padded)
-                 an incremental snapshot's read has no lsn: the connector's position when it emitted the read,
-                 `source.sequence`'s second LSN, orders it (after every change emitted before it)
+    PostgreSQL   source.sequence[0], source.lsn               "CCCCCCCC/CCCCCCCC:XXXXXXXX/XXXXXXXX"
+                                                              (two LSNs as PostgreSQL prints them, zero-padded)
+                 The first LSN is the last commit the connector had streamed before the event (`sequence`'s
+                 first element), the second the event's own: changes stream in commit order, and the commit
+                 LSN orders them so. The event's own LSN alone does not: a transaction that began before an
+                 incremental snapshot's chunk and commits after it carries LSNs lower than the chunk's reads,
+                 yet changed the rows after the reads were taken. A read has no lsn: `sequence`'s second LSN
+                 (the connector's position when it emitted the read) stands in. Without `sequence` (an unwrap
+                 SMT that did not add it), and on events before the connector's first streamed commit (its
+                 first element is null), the event's LSN stands in for the commit's.
     MySQL/MariaDB source.file, pos, row                       "FFFFFFFFFF:PPPPPPPPPPPPPPPPPPPP:RRRRRRRRRR"
                                                               (binlog file index, position, row, decimal)
     SQL Server   source.commit_lsn, change_lsn, event_serial_no
@@ -62,10 +68,13 @@ def connector_kind(source_fields: Collection[str]) -> str:
 def position_column(source: Column, kind: str, fields: Collection[str] = ()) -> Column:
     """The ordering string of one event, from the envelope's `source` struct (whose field names are `fields`)."""
     if kind == POSTGRESQL:
-        lsn = source["lsn"]
+        lsn = source["lsn"].cast("long")
+        committed = lsn
         if "sequence" in fields:  # ["<last commit LSN>", "<LSN>"], set also on an incremental snapshot's reads
-            lsn = F.coalesce(lsn.cast("long"), F.get_json_object(source["sequence"], "$[1]").cast("long"))
-        return postgres_position(lsn)
+            sequence = source["sequence"]
+            lsn = F.coalesce(lsn, F.get_json_object(sequence, "$[1]").cast("long"))
+            committed = F.coalesce(F.get_json_object(sequence, "$[0]").cast("long"), lsn)
+        return F.concat(postgres_position(committed), F.lit(":"), postgres_position(lsn))
     if kind == MYSQL:
         return mysql_position(source["file"], source["pos"], source["row"])
     if kind == SQLSERVER:

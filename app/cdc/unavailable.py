@@ -24,7 +24,7 @@ from typing import Final
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from app.cdc.columns import DELETED_COL, OFFSET_COL, OP_COL, PARTITION_COL, UNAVAILABLE_COL
+from app.cdc.columns import DELETED_COL, OFFSET_COL, OP_COL, PARTITION_COL, SNAPSHOT_END_COL, UNAVAILABLE_COL
 from app.cdc.unwrap import OP_DELETE
 
 OP_CURRENT: Final = "current"  # marks the table's current rows among a batch's events; never written
@@ -47,6 +47,7 @@ def with_current_rows(events_df: DataFrame, current_df: DataFrame, key_columns: 
         OFFSET_COL: F.lit(-1).cast(types[OFFSET_COL]),
         DELETED_COL: F.lit(False),
         UNAVAILABLE_COL: F.array().cast("array<string>"),
+        SNAPSHOT_END_COL: F.lit(False),
     }
     columns = [
         fixed[name].alias(name) if name in fixed

@@ -31,6 +31,7 @@ from app.cdc.columns import (
     PARTITION_COL,
     POSITION_COL,
     SEGMENT_COL,
+    SNAPSHOT_END_COL,
     SOFT_DELETED_AT_COL,
     SOFT_DELETED_COL,
     SOURCE_TS_COL,
@@ -47,6 +48,8 @@ OP_DELETE: Final = "d"
 OP_TRUNCATE: Final = "t"
 OP_MESSAGE: Final = "m"
 DATA_OPS = (OP_CREATE, OP_READ, OP_UPDATE, OP_DELETE)
+# `source.snapshot` of a full snapshot's last read: of the whole snapshot, or of one of its tables (Debezium 2.2+).
+SNAPSHOT_LAST: Final = ("last", "last_in_data_collection")
 SKIPPED_OPS = (OP_TRUNCATE, OP_MESSAGE)
 
 # The value Debezium's PostgreSQL connector sends for a TOASTed column an UPDATE left untouched
@@ -191,8 +194,17 @@ def unwrap_envelope(
         F.col("offset").alias(OFFSET_COL),
         is_delete.alias(DELETED_COL),
         _names_where(unavailable).alias(UNAVAILABLE_COL),
+        _snapshot_end(F.col("envelope.op"), F.col("envelope.source"), df.select("envelope.source.*").columns),
         *_kept_error(df),
     )
+
+
+def _snapshot_end(op: Column, source: Column, source_fields: Collection[str]) -> Column:
+    """A full snapshot's last read (SNAPSHOT_LAST); false where the source does not say."""
+    if "snapshot" not in source_fields:
+        return F.lit(False).alias(SNAPSHOT_END_COL)
+    last = (op == OP_READ) & F.lower(source["snapshot"].cast("string")).isin(*SNAPSHOT_LAST)
+    return F.coalesce(last, F.lit(False)).alias(SNAPSHOT_END_COL)
 
 
 # Debezium's unwrap SMT (ExtractNewRecordState) turns an event into its row image; `add.fields` adds envelope and
@@ -280,6 +292,7 @@ def unwrap_flattened(
         F.col("offset").alias(OFFSET_COL),
         deleted.alias(DELETED_COL),
         _names_where(unavailable).alias(UNAVAILABLE_COL),
+        _snapshot_end(op, source, _added_fields(fields)),
         *_kept_error(df),
     )
 

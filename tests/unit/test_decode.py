@@ -210,7 +210,7 @@ def test_decode_and_unwrap_run_without_python_workers(spark: SparkSession) -> No
     assert [node for node in PYTHON_NODES if node in plan] == []
     assert "BatchEvalPython" in udf_plan
     assert [tuple(r) for r in unwrapped_df.collect()] == [
-        (1, "alice", "c", "00000000/00000064", 1704103872000, 0, 40, False, [], None)
+        (1, "alice", "c", "00000000/00000064:00000000/00000064", 1704103872000, 0, 40, False, [], False, None)
     ]
 
 

@@ -7,6 +7,7 @@ shuffled first so that an accidental pass-through of the input order cannot pass
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -35,12 +36,14 @@ SQLSERVER_SOURCE = StructType([
 ])
 
 
-def _rendered(spark: SparkSession, source_type: StructType, kind: str, ordered: list[tuple[Any, ...]]) -> list[str]:
+def _rendered(
+    spark: SparkSession, source_type: StructType, kind: str, ordered: list[tuple[Any, ...]], fields: Sequence[str] = ()
+) -> list[str]:
     """The position strings of `ordered`, in the input's order."""
     rows = [(i, src) for i, src in enumerate(ordered)]
     random.Random(7).shuffle(rows)
     schema = StructType([StructField("i", IntegerType()), StructField("source", source_type)])
-    df = spark.createDataFrame(rows, schema).select("i", position_column(F.col("source"), kind).alias("p"))
+    df = spark.createDataFrame(rows, schema).select("i", position_column(F.col("source"), kind, fields).alias("p"))
     by_index = {r["i"]: r["p"] for r in df.collect()}
     return [by_index[i] for i in range(len(ordered))]
 
@@ -59,28 +62,54 @@ def test_postgres_lsn_sorts_across_byte_and_segment_boundaries(spark: SparkSessi
 
     _assert_sorts_in_order(rendered)
     # PostgreSQL's own pg_lsn text, zero-padded: 0x1_0000_0001 is 1/1 there.
-    assert rendered[lsns.index(0x1_0000_0001)] == "00000001/00000001"
-    assert rendered[lsns.index(0xFF)] == "00000000/000000FF"
+    assert rendered[lsns.index(0x1_0000_0001)] == "00000001/00000001:00000001/00000001"
+    assert rendered[lsns.index(0xFF)] == "00000000/000000FF:00000000/000000FF"
+
+
+PG_SEQUENCE_SOURCE = StructType([StructField("lsn", LongType(), True), StructField("sequence", StringType(), True)])
 
 
 def test_postgres_incremental_snapshot_read_without_lsn_sorts_by_its_sequence(spark: SparkSession) -> None:
     # As Debezium 3.2 emits them (tests/e2e/test_quarantine_replay.py): a streamed update, then an incremental
     # snapshot's read of the same row, whose lsn is null and whose sequence holds the connector's position.
-    source = StructType([StructField("lsn", LongType(), True), StructField("sequence", StringType(), True)])
     events = [(72861128, '["72861072","72861128"]'), (None, '["73103032","73103032"]'), (73200000, None)]
 
-    rendered = (spark.createDataFrame([(i, e) for i, e in enumerate(events)], StructType(
-        [StructField("i", IntegerType()), StructField("source", source)]))
-        .select(position_column(F.col("source"), POSTGRESQL, ["lsn", "sequence"]).alias("p")).orderBy("i")
-        .collect())
+    rendered = _rendered(spark, PG_SEQUENCE_SOURCE, POSTGRESQL, events, ["lsn", "sequence"])
 
-    assert [r["p"] for r in rendered] == ["00000000/0457C5C8", "00000000/045B76B8", "00000000/045CF180"]
+    assert rendered == ["00000000/0457C590:00000000/0457C5C8", "00000000/045B76B8:00000000/045B76B8",
+                        "00000000/045CF180:00000000/045CF180"]
+
+
+def test_postgres_transaction_straddling_a_snapshot_chunk_sorts_after_its_read(spark: SparkSession) -> None:
+    # As Debezium 3.2 emitted them (recorded on the local stack): a transaction updated row 120 at LSN 124531296,
+    # before an incremental snapshot's chunk read the row (its old value) and emitted the read at 124535560; the
+    # transaction committed after that, so its update streams after the read with the lower LSN. Its sequence's
+    # first LSN, the commit streamed before it, is higher than the read's: the update is the newer version.
+    ordered = [
+        (124531200, '["124531104","124531200"]'),  # a change streamed before the chunk
+        (None, '["124535560","124535560"]'),  # the chunk's read of row 120
+        (124531296, '["124537392","124531296"]'),  # the straddling transaction's update of row 120
+        (124537496, '["124537440","124537496"]'),  # the next transaction's
+        (124673616, '["124673616","124673616"]'),  # a blocking snapshot's read
+        (124673680, '["124673616","124673680"]'),  # the first change streamed after the blocking snapshot
+    ]
+
+    _assert_sorts_in_order(_rendered(spark, PG_SEQUENCE_SOURCE, POSTGRESQL, ordered, ["lsn", "sequence"]))
+
+
+def test_postgres_snapshot_reads_before_the_first_commit_sort_by_their_lsn(spark: SparkSession) -> None:
+    # An initial snapshot's reads and the first transaction streamed after a connector's start carry no commit
+    # in their sequence ([null, "<lsn>"]): their LSN stands in, and the next commit orders after both.
+    ordered = [(124719664, '[null,"124719664"]'), (124719704, '[null,"124719704"]'),
+               (124720184, '["124720184","124720184"]'), (124720190, '["124720184","124720190"]')]
+
+    _assert_sorts_in_order(_rendered(spark, PG_SEQUENCE_SOURCE, POSTGRESQL, ordered, ["lsn", "sequence"]))
 
 
 def test_postgres_position_matches_pg_lsn_text_for_a_real_lsn(spark: SparkSession) -> None:
     # select '16/B374D848'::pg_lsn - '0/0' = 97500059720
     (rendered,) = _rendered(spark, PG_SOURCE, POSTGRESQL, [(97500059720,)])
-    assert rendered == "00000016/B374D848"
+    assert rendered == "00000016/B374D848:00000016/B374D848"
 
 
 def test_mysql_binlog_file_rollover_position_and_row(spark: SparkSession) -> None:

@@ -81,6 +81,8 @@ CDC_FIELDS = [
     StructField("_cdc_unavailable", ArrayType(StringType(), True), False),
 ]
 UNWRAPPED_SCHEMA = StructType([*ROW_TYPE.fields, *CDC_FIELDS])
+# What the unwrap gives: also whether the event is a full snapshot's last read (app/cdc/unread.py).
+UNWRAP_OUT_SCHEMA = StructType([*UNWRAPPED_SCHEMA.fields, StructField("_cdc_snapshot_end", BooleanType(), False)])
 FLAGGED_SCHEMA = StructType([*UNWRAPPED_SCHEMA.fields, StructField("_cdc_is_latest", BooleanType(), False)])
 COMPOSITE_SCHEMA = StructType([StructField("tenant", StringType(), True), *UNWRAPPED_SCHEMA.fields])
 
@@ -89,8 +91,9 @@ TS_MS = 1704103872000
 
 
 def pos(lsn: int) -> str:
-    """The ordering string of a PostgreSQL LSN (app/cdc/position.py)."""
-    return f"{lsn >> 32:08X}/{lsn & 0xFFFFFFFF:08X}"
+    """The ordering string of a PostgreSQL event without `sequence` (app/cdc/position.py): its LSN twice."""
+    text = f"{lsn >> 32:08X}/{lsn & 0xFFFFFFFF:08X}"
+    return f"{text}:{text}"
 
 
 def _event(
@@ -108,7 +111,7 @@ def test_create_and_snapshot_read_upsert_the_after_image(spark: SparkSession, op
 
     actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL)
 
-    expected_df = spark.createDataFrame([(1, "alice", op, pos(100), TS_MS, 1, 5, False, [])], UNWRAPPED_SCHEMA)
+    expected_df = spark.createDataFrame([(1, "alice", op, pos(100), TS_MS, 1, 5, False, [], False)], UNWRAP_OUT_SCHEMA)
     assert_df_equality(actual_df, expected_df)
 
 
@@ -117,7 +120,8 @@ def test_update_upserts_the_after_image_not_the_before(spark: SparkSession) -> N
 
     actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL)
 
-    expected_df = spark.createDataFrame([(1, "alicia", "u", pos(200), TS_MS, 1, 6, False, [])], UNWRAPPED_SCHEMA)
+    expected_df = spark.createDataFrame([(1, "alicia", "u", pos(200), TS_MS, 1, 6, False, [], False)],
+                                        UNWRAP_OUT_SCHEMA)
     assert_df_equality(actual_df, expected_df)
 
 
@@ -127,8 +131,24 @@ def test_delete_takes_the_before_image_and_carries_its_lsn(spark: SparkSession) 
 
     actual_df = events_df.transform(filter_data_changes).transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL)
 
-    expected_df = spark.createDataFrame([(1, None, "d", pos(300), TS_MS, 1, 7, True, [])], UNWRAPPED_SCHEMA)
+    expected_df = spark.createDataFrame([(1, None, "d", pos(300), TS_MS, 1, 7, True, [], False)], UNWRAP_OUT_SCHEMA)
     assert_df_equality(actual_df, expected_df)
+
+
+def test_a_full_snapshots_last_read_is_flagged(spark: SparkSession) -> None:
+    """`source.snapshot` says which read is a full snapshot's last, of the whole snapshot or of one table
+    (app/cdc/unread.py); an incremental snapshot's reads and streamed changes never are."""
+    source = StructType([*SOURCE_TYPE.fields, StructField("snapshot", StringType(), True)])
+    envelope = StructType([*ENVELOPE_TYPE.fields[:3], StructField("source", source, True)])
+    schema = StructType([EVENT_SCHEMA.fields[0], StructField("envelope", envelope, True), *EVENT_SCHEMA.fields[2:]])
+    snapshots = ["first", "true", "last_in_data_collection", "last", "incremental", "false", None]
+    rows = [(VALUE_BYTES, (None, (i, "x"), "r" if s != "false" else "u", (100, TS_MS, s)), 0, i)
+            for i, s in enumerate(snapshots)]
+
+    actual = spark.createDataFrame(rows, schema).transform(unwrap_envelope, VALUE_COLUMNS, POSTGRESQL).collect()
+
+    assert [r["_cdc_snapshot_end"] for r in sorted(actual, key=lambda r: r["_kafka_offset"])] == [
+        False, False, True, True, False, False, False]
 
 
 # ---- events the unwrap SMT flattened ---------------------------------------------------------------------
@@ -158,10 +178,10 @@ def test_flattened_events_unwrap_to_the_envelope_columns(spark: SparkSession) ->
     actual_df = spark.createDataFrame(rows, FLAT_SCHEMA).transform(unwrap_flattened, VALUE_COLUMNS, POSTGRESQL)
 
     expected_df = spark.createDataFrame([
-        (1, "alice", "r", pos(100), TS_MS, 1, 5, False, []),
-        (1, "alicia", "u", pos(200), TS_MS, 1, 6, False, []),
-        (1, None, "d", pos(300), TS_MS, 1, 7, True, []),
-    ], UNWRAPPED_SCHEMA)
+        (1, "alice", "r", pos(100), TS_MS, 1, 5, False, [], False),
+        (1, "alicia", "u", pos(200), TS_MS, 1, 6, False, [], False),
+        (1, None, "d", pos(300), TS_MS, 1, 7, True, [], False),
+    ], UNWRAP_OUT_SCHEMA)
     assert_df_equality(actual_df, expected_df)
 
 
@@ -208,9 +228,9 @@ def test_unwrap_selects_only_the_given_value_columns_in_their_order(spark: Spark
 
     assert actual_df.columns == [
         "name", "id", "_cdc_op", "_cdc_position", "_cdc_source_ts_ms", "_kafka_partition", "_kafka_offset",
-        "_hoodie_is_deleted", "_cdc_unavailable",
+        "_hoodie_is_deleted", "_cdc_unavailable", "_cdc_snapshot_end",
     ]
-    assert [tuple(r) for r in actual_df.collect()] == [("alice", 1, "c", pos(100), TS_MS, 1, 5, False, [])]
+    assert [tuple(r) for r in actual_df.collect()] == [("alice", 1, "c", pos(100), TS_MS, 1, 5, False, [], False)]
 
 
 # ---- rows that carry no change ---------------------------------------------------------------------------
