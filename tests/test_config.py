@@ -280,6 +280,27 @@ def test_delete_mode_must_be_hard_or_soft(where: str, key: str) -> None:
     _assert_names_key(_config_error(raw), key, "must be one of hard, soft")
 
 
+def test_truncate_defaults_to_ignore_and_a_table_may_clear() -> None:
+    raw = _minimal()
+    raw["tables"] = {"public.orders": {"truncate": "clear"}}
+    config = parse_config(raw)
+
+    assert config.lake.truncate == "ignore"
+    assert route_topic("cdc.public.orders", config).truncate == "clear"
+    assert route_topic("cdc.public.customers", config).truncate == "ignore"
+
+
+@pytest.mark.parametrize(("where", "key"), [("lake", "lake.truncate"), ("table", "tables.public.orders.truncate")])
+def test_truncate_must_be_ignore_or_clear(where: str, key: str) -> None:
+    raw = _minimal()
+    if where == "lake":
+        raw["lake"]["truncate"] = "drop"
+    else:
+        raw["tables"] = {"public.orders": {"truncate": "drop"}}
+
+    _assert_names_key(_config_error(raw), key, "must be one of ignore, clear")
+
+
 def test_registry_auth_oidc_reads_the_secret_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REGISTRY_CLIENT_SECRET", "s3cret")
     raw = _minimal()

@@ -338,7 +338,7 @@ class Planner:
         decoded_df = decode_value(slice_df, reader_schema(schema_json), ref)
         decoded_df = decoded_df.transform(with_event_errors, envelope, keys)
         if envelope:
-            unwrapped_df = decoded_df.transform(filter_data_changes).transform(
+            unwrapped_df = decoded_df.transform(filter_data_changes, route.truncate == "clear").transform(
                 unwrap_envelope, value_columns, connector, placeholders
             )
         else:
@@ -354,8 +354,9 @@ class Planner:
         must be (`KeyCheck`). The key schemas found go to `key_schemas`.
 
         The key is None when no record of the batch has a key (truncate events only, or a table without a primary
-        key). Key schemas whose fields are not the table's record key (as the table was created, else the newest
-        key schema's) are refused: their records go to the dead letters.
+        key), unless the table clears on truncates: then it is the existing table's. Key schemas whose fields are not
+        the table's record key (as the table was created, else the newest key schema's) are refused: their records
+        go to the dead letters.
 
         Raises:
             EnvelopeError: fail-fast mode, and a key schema is refused.
@@ -363,7 +364,10 @@ class Planner:
         if route.record_key:
             return route.record_key, NO_KEY_CHECK
         if not key_ids:
-            return None, KeyCheck(required=True)
+            # A batch of truncates only (they have no key) still writes to a table that clears on them.
+            recorded = None if route.truncate != "clear" else recorded_record_key(
+                spark, self.config.lake.table_path(route.table, route.database))
+            return recorded, KeyCheck(required=True)
         fields, refused = {}, {}
         for ref in sorted(key_ids):
             schema_json, error = self._writer_schema(ref)

@@ -2,11 +2,13 @@
 
     commit check   the table's last commit: offsets it applied already are skipped (a replayed batch), and only
                    those above are written when a lost checkpoint re-reads with other batch boundaries
+    truncate       a table whose truncate policy is `clear` (its truncate events are among its events): each key
+                   written before the batch's latest truncate gets a delete at its position (app/cdc/derived.py)
     ledger read    the delete ledger's keys (hard-delete tables), so an older event never revives a deleted row
     count          the latest event per key judged and counted (one aggregate over the persisted events); a row
                    to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first
     unread rows    only when a full snapshot of the table ended in the batch (its last read): the table's rows it
-                   did not read get a delete each (app/cdc/unread.py), and the events are judged again
+                   did not read get a delete each (app/cdc/derived.py), and the events are judged again
     dead letters   the events that cannot be applied (`_cdc_error`) and the records found unusable before decoding,
                    to the dead-letter table, before the table's commit (app/sink/deadletters.py); in fail-fast
                    mode the first of them stops the batch instead
@@ -60,9 +62,9 @@ from app.cdc.columns import (
     TOPIC_COL,
     UNAVAILABLE_COL,
 )
+from app.cdc.derived import with_truncate_deletes, with_unread_deletes
 from app.cdc.unavailable import is_pending, is_unresolved
-from app.cdc.unread import with_unread_deletes
-from app.cdc.unwrap import OP_READ, is_delete
+from app.cdc.unwrap import OP_READ, OP_TRUNCATE, is_delete
 from app.config import JobConfig
 from app.errors import EnvelopeError, SchemaDecodeError, SinkWriteError, java_root_cause, required
 from app.hooks import Hooks
@@ -241,6 +243,7 @@ class TableWriter:
         if unapplied is None:
             return
         plan, batch_offsets = unapplied
+        plan = self._with_truncate_deletes(plan, target, step)
         events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
         spark = events_df.sparkSession
         step.enter("ledger read", plan.stats.steps_s)
@@ -289,12 +292,40 @@ class TableWriter:
             step.enter("ledger compaction", plan.stats.steps_s)
             self._compact_ledger(spark, target, step.batch_id)
 
+    def _with_truncate_deletes(self, plan: TablePlan, target: HudiTarget, step: Step) -> TablePlan:
+        """A table whose truncate policy is `clear`: the plan without its truncate events, and, when it has some, a
+        delete for each key written before the latest (app/cdc/derived.py). A table fed by several topics is left as
+        it is, its truncates skipped: one topic's truncate says nothing of the others' rows."""
+        if plan.route.truncate != "clear":
+            return plan
+        step.enter("truncate", plan.stats.steps_s)
+        batch_id = step.batch_id
+        events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
+        truncate = F.col(OP_COL) == OP_TRUNCATE
+        row = events_df.filter(truncate).agg(F.count(F.lit(1)).alias("n"), F.max(POSITION_COL).alias("position"),
+                                             F.max(SOURCE_TS_COL).alias("ts_ms")).first()
+        rest_df = events_df.filter(~truncate)
+        if row is None or not row["n"]:
+            return dataclasses.replace(plan, events_df=rest_df)
+        if len(plan.topics) > 1:
+            log.warning("batch=%s table=%s: %d truncate(s) not applied: the table is fed by %d topics (%s), and one "
+                        "topic's truncate says nothing of the others' rows", batch_id, target.qualified_name,
+                        row["n"], len(plan.topics), ", ".join(plan.topics))
+            return dataclasses.replace(plan, events_df=rest_df)
+        spark = events_df.sparkSession
+        current_df = spark.read.format("hudi").load(target.path) if table_exists(spark, target.path) else None
+        key = required(plan.record_key, f"{plan.route.qualified_name}: the record key")
+        log.info("batch=%s table=%s: truncated upstream at %s: the rows written before it are deleted",
+                 batch_id, target.qualified_name, row["position"])
+        return dataclasses.replace(
+            plan, events_df=with_truncate_deletes(rest_df, current_df, key, row["position"], row["ts_ms"]))
+
     def _with_unread_deletes(
         self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame, ledger_df: DataFrame | None, *,
         counts: dict[str, Any], batch_id: int,
     ) -> tuple[DataFrame, dict[str, Any]]:
         """A full snapshot of the table ended in the batch: its rows the snapshot did not read get a delete each
-        (app/cdc/unread.py), and the events are judged again. Positions of several source servers do not compare:
+        (app/cdc/derived.py), and the events are judged again. Positions of several source servers do not compare:
         the caller leaves a table fed by several alone."""
         spark = judged_df.sparkSession
         if not table_exists(spark, target.path):
@@ -309,7 +340,7 @@ class TableWriter:
         log.info(
             "batch=%s table=%s: a full snapshot of the table ended at %s; %d row(s) it did not read deleted (gone "
             "upstream while no change streamed)", batch_id, target.qualified_name, counts["snapshot_end"],
-            counts["unread_deletes"],
+            counts["derived_deletes"],
         )
         return judged_df, counts
 
@@ -448,9 +479,9 @@ class TableWriter:
         stats.blocked, stats.unresolved = counts["blocked"], counts["unresolved"]
         stats.max_source_ts_ms = counts["max_source_ts_ms"]
         # Rows that are neither tombstones nor data changes: truncate and logical-message events.
-        events = counts["events"] - counts["unread"]  # the batch's own, not the unread rows' deletes
+        events = counts["events"] - counts["derived"]  # the batch's own, not the deletes derived from them
         stats.skipped = max(0, plan.summary.rows_in - stats.replayed - events - counts["poison"])
-        stats.superseded = events - stats.upserts - (stats.deletes - counts["unread_deletes"]) - stats.blocked
+        stats.superseded = events - stats.upserts - (stats.deletes - counts["derived_deletes"]) - stats.blocked
         if stats.unresolved:
             self._warn_unresolved(judged_df.filter(_written() & is_unresolved()), plan)
         return judged_df, counts
@@ -484,7 +515,7 @@ class TableWriter:
         change events are dead letters (`missing_key`, with_event_errors), or stop the batch in fail-fast mode."""
         if self.config.dead_letters.mode == "fail_fast" and required(
             plan.events_df, f"{plan.route.qualified_name}: the events"
-        ).limit(1).count():
+        ).filter(F.col(OP_COL) != OP_TRUNCATE).limit(1).count():
             route = plan.route
             key = self.config.table_setting_key(route.source, route.source_key, "record_key")
             raise EnvelopeError(
@@ -578,7 +609,7 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
     good = F.col(ERROR_COL).isNull() if ERROR_COL in judged_df.columns else F.lit(True)
     snapshot_end = F.coalesce(F.col(SNAPSHOT_END_COL), F.lit(False)) if SNAPSHOT_END_COL in judged_df.columns \
         else F.lit(False)
-    unread = F.col(OFFSET_COL) == -1
+    derived = F.col(OFFSET_COL) == -1
     per_source = [
         F.max(F.when(latest & ~blocked & F.col(TOPIC_COL).isin(topics), F.col(POSITION_COL)))
         .alias(f"max_position:{label}")
@@ -588,11 +619,11 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
         F.count(F.when(good, 1)).alias("events"),
         F.count(F.when(~good, 1)).alias("poison"),
         F.count(F.when(good & (F.col(OP_COL) == OP_READ), 1)).alias("snapshot_reads"),
-        # A full snapshot's last read (app/cdc/unread.py), and the deletes of the rows it did not read (offset -1).
+        # A full snapshot's last read, and the deletes derived from the batch's events (offset -1: app/cdc/derived.py).
         F.max(F.when(good & snapshot_end, F.col(POSITION_COL))).alias("snapshot_end"),
         F.max(F.when(good & snapshot_end, F.col(SOURCE_TS_COL))).alias("snapshot_end_ts_ms"),
-        F.count(F.when(unread, 1)).alias("unread"),
-        F.count(F.when(unread & latest & deleted & ~blocked, 1)).alias("unread_deletes"),
+        F.count(F.when(derived, 1)).alias("derived"),
+        F.count(F.when(derived & latest & deleted & ~blocked, 1)).alias("derived_deletes"),
         F.count(F.when(latest & ~deleted & ~blocked, 1)).alias("upserts"),
         F.count(F.when(latest & deleted, 1)).alias("deletes"),
         F.count(F.when(latest & blocked, 1)).alias("blocked"),

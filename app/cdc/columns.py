@@ -31,7 +31,7 @@ TOPIC_COL: Final = "_cdc_topic"  # a table fed by several topics (app/batch/merg
 ERROR_COL: Final = DECODE_ERROR_COL
 # A full snapshot's last read of a table (Debezium's `source.snapshot` `last` or `last_in_data_collection`: an
 # initial or blocking snapshot, or a connector's snapshot after its offsets were lost): rows it did not read are
-# gone upstream (app/cdc/unread.py).
+# gone upstream (app/cdc/derived.py).
 SNAPSHOT_END_COL: Final = "_cdc_snapshot_end"
 INTERNAL_COLUMNS = (UNAVAILABLE_COL, LATEST_COL, ERROR_COL, SNAPSHOT_END_COL)
 SEGMENT_COL: Final = "_cdc_segment"  # an event's place among its key's events (app/cdc/unwrap.py)

@@ -135,10 +135,12 @@ def with_event_errors(df: DataFrame, envelope: bool, keys: KeyCheck = NO_KEY_CHE
     return df.withColumn(ERROR_COL, error.otherwise(no_error()))
 
 
-def filter_data_changes(df: DataFrame) -> DataFrame:
+def filter_data_changes(df: DataFrame, truncates: bool = False) -> DataFrame:
     """Keep create/read/update/delete events, and every event in error (for the dead letters); truncate and
-    logical-message events carry no row."""
-    return df.filter(_error(df).isNotNull() | F.col("envelope.op").isin(*DATA_OPS))
+    logical-message events carry no row. `truncates`: keep truncate events too (a table whose truncate policy is
+    `clear`: app/cdc/derived.py); they unwrap to a row of nulls with op `t` and their position."""
+    ops = (*DATA_OPS, OP_TRUNCATE) if truncates else DATA_OPS
+    return df.filter(_error(df).isNotNull() | F.col("envelope.op").isin(*ops))
 
 
 def _error(df: DataFrame) -> Column:

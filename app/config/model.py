@@ -13,6 +13,8 @@ FramingMode = Literal["headers", "id8", "id4", "auto"]
 IdType = Literal["contentId", "globalId"]
 # hard: a delete removes the row (its position kept in the table's delete ledger); soft: the row stays, flagged.
 DeleteMode = Literal["hard", "soft"]
+# What a TRUNCATE upstream does to the Silver table (the connector must send it: `skipped.operations=none`).
+TruncateMode = Literal["ignore", "clear"]
 # Copy-on-Write rewrites a file per update (fast reads); Merge-on-Read appends log files, compacted inline.
 TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
 # Which Debezium connector feeds a source; mariadb and mysql share the binlog position.
@@ -120,6 +122,7 @@ class TableConfig:
     # The Silver record key's columns; unset: the fields of the Debezium key schema.
     record_key: list[str] | None = None
     delete_mode: DeleteMode | None = None  # unset: lake.delete_mode
+    truncate: TruncateMode | None = None  # unset: lake.truncate
     table_type: TableType | None = None  # unset: lake.table_type
     # `column`, `day(column)`, `month(column)` or `year(column)` (app/sink/partitioning.py); unset: not partitioned.
     partition_by: str | None = None
@@ -209,6 +212,10 @@ class LakeConfig:
     table_type: TableType = "COPY_ON_WRITE"
     # `hard`: a delete removes the row; `soft`: the row stays, flagged.
     delete_mode: DeleteMode = "hard"
+    # A truncate event (the connector sends them with `skipped.operations=none`): `ignore` skips it, the rows stay;
+    # `clear` deletes every row written before it, in source order with the table's other events (a table fed by
+    # one topic; docs/sources.md "Truncates").
+    truncate: TruncateMode = "ignore"
     # Merge-on-Read tables compact their log files inline once this many delta commits have piled up.
     compaction_delta_commits: int = 3
     # The cleaner keeps the files of this many latest commits (time travel and incremental reads reach back

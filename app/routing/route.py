@@ -32,6 +32,7 @@ class TableRoute:
     table: str
     record_key: tuple[str, ...] | None
     delete_mode: str = "hard"
+    truncate: str = "ignore"
     table_type: str = "COPY_ON_WRITE"
     partition: PartitionSpec | None = None
     compaction_delta_commits: int = 3
@@ -154,6 +155,7 @@ def route_topic(topic: str, config: JobConfig, roots: PartitionRoots | None = No
         table=override.name or silver_name(*parts),
         record_key=tuple(override.record_key) if override.record_key else None,
         delete_mode=override.delete_mode or config.lake.delete_mode,
+        truncate=override.truncate or config.lake.truncate,
         table_type=override.table_type or config.lake.table_type,
         partition=override.partition,
         compaction_delta_commits=override.compaction_delta_commits or config.lake.compaction_delta_commits,

@@ -37,6 +37,7 @@ WEIGHT_S: dict[str, float] = {
     "tests/e2e/test_toast_deletes.py": 128,
     "tests/e2e/test_quarantine_replay.py": 110,
     "tests/e2e/test_snapshots.py": 140,
+    "tests/e2e/test_source_growth.py": 220,
     "tests/e2e/test_table_layouts.py": 122,
     "standalone-cluster": 100,
     "tests/e2e/test_exactly_once.py": 96,

@@ -81,7 +81,7 @@ CDC_FIELDS = [
     StructField("_cdc_unavailable", ArrayType(StringType(), True), False),
 ]
 UNWRAPPED_SCHEMA = StructType([*ROW_TYPE.fields, *CDC_FIELDS])
-# What the unwrap gives: also whether the event is a full snapshot's last read (app/cdc/unread.py).
+# What the unwrap gives: also whether the event is a full snapshot's last read (app/cdc/derived.py).
 UNWRAP_OUT_SCHEMA = StructType([*UNWRAPPED_SCHEMA.fields, StructField("_cdc_snapshot_end", BooleanType(), False)])
 FLAGGED_SCHEMA = StructType([*UNWRAPPED_SCHEMA.fields, StructField("_cdc_is_latest", BooleanType(), False)])
 COMPOSITE_SCHEMA = StructType([StructField("tenant", StringType(), True), *UNWRAPPED_SCHEMA.fields])
@@ -137,7 +137,7 @@ def test_delete_takes_the_before_image_and_carries_its_lsn(spark: SparkSession) 
 
 def test_a_full_snapshots_last_read_is_flagged(spark: SparkSession) -> None:
     """`source.snapshot` says which read is a full snapshot's last, of the whole snapshot or of one table
-    (app/cdc/unread.py); an incremental snapshot's reads and streamed changes never are."""
+    (app/cdc/derived.py); an incremental snapshot's reads and streamed changes never are."""
     source = StructType([*SOURCE_TYPE.fields, StructField("snapshot", StringType(), True)])
     envelope = StructType([*ENVELOPE_TYPE.fields[:3], StructField("source", source, True)])
     schema = StructType([EVENT_SCHEMA.fields[0], StructField("envelope", envelope, True), *EVENT_SCHEMA.fields[2:]])

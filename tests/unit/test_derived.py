@@ -1,5 +1,6 @@
-"""Rows a full snapshot did not read (app/cdc/unread.py): a delete each at the row's own position, judged with the
-batch's events by the same ordering (app/cdc/unwrap.py with_latest_flag), on small literal DataFrames (chispa)."""
+"""Deletes the events imply (app/cdc/derived.py): of the rows a full snapshot did not read, a delete each at the row's
+own position; of the rows written before a truncate, a delete each at its position. Judged with the batch's events
+by the same ordering (app/cdc/unwrap.py with_latest_flag), on small literal DataFrames (chispa)."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,7 +19,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.cdc.unread import with_unread_deletes
+from app.cdc.derived import with_truncate_deletes, with_unread_deletes
 from app.cdc.unwrap import filter_latest, with_latest_flag
 
 EVENTS = StructType([
@@ -101,3 +102,35 @@ def test_a_soft_delete_table_flags_the_unread_row_and_keeps_its_values(spark: Sp
 
     assert [(r.id, r.v, r._hoodie_is_deleted, r._cdc_deleted, r._cdc_deleted_at is not None) for r in rows] == [
         (2, "gone", False, True, True)]
+
+
+def test_a_truncate_deletes_every_key_written_before_it_and_later_events_win(spark: SparkSession) -> None:
+    truncated = "0040"
+    events_df = spark.createDataFrame([
+        _e(1, "before", "u", "0030", 10),  # in the batch, before the truncate: gone
+        _e(2, "after", "c", "0045", 12),  # inserted after it: stays
+        _e(3, "before", "c", "0035", 11),
+        _e(3, "again", "c", "0050", 13),  # re-inserted after it: stays, its later value
+    ], EVENTS)
+    current_df = spark.createDataFrame([
+        ("1", 1, "old", "c", "0010", 1, 0, 1, False),
+        ("4", 4, "old", "c", "0020", 1, 0, 2, False),  # only in Silver: gone
+    ], SILVER)
+
+    actual_df = with_truncate_deletes(events_df, current_df, ["id"], truncated, TS)
+
+    deletes = actual_df.filter("_kafka_offset = -1")
+    assert sorted((r.id, r._cdc_op, r._cdc_position, r._hoodie_is_deleted) for r in deletes.collect()) == [
+        (1, "d", truncated, True), (3, "d", truncated, True), (4, "d", truncated, True)]
+    latest = actual_df.transform(with_latest_flag, ["id"]).transform(filter_latest)
+    assert sorted((r.id, r._cdc_op, r.v) for r in latest.collect()) == [
+        (1, "d", "before"), (2, "c", "after"), (3, "c", "again"), (4, "d", "old")]
+
+
+def test_a_truncate_before_the_table_exists_deletes_the_batchs_earlier_rows_only(spark: SparkSession) -> None:
+    events_df = spark.createDataFrame([_e(1, "before", "c", "0030", 10), _e(2, "after", "c", "0045", 12)], EVENTS)
+
+    latest = (with_truncate_deletes(events_df, None, ["id"], "0040", TS)
+              .transform(with_latest_flag, ["id"]).transform(filter_latest))
+
+    assert sorted((r.id, r._cdc_op) for r in latest.collect()) == [(1, "d"), (2, "c")]
