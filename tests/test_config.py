@@ -290,6 +290,18 @@ def test_truncate_defaults_to_ignore_and_a_table_may_clear() -> None:
     assert route_topic("cdc.public.customers", config).truncate == "ignore"
 
 
+def test_unread_rows_are_kept_unless_a_table_deletes_them() -> None:
+    raw = _minimal()
+    raw["tables"] = {"public.orders": {"unread_rows": "delete"}}
+    config = parse_config(raw)
+
+    assert config.lake.unread_rows == "keep"
+    assert route_topic("cdc.public.orders", config).unread_rows == "delete"
+    assert route_topic("cdc.public.customers", config).unread_rows == "keep"
+    raw["tables"] = {"public.orders": {"unread_rows": "purge"}}
+    _assert_names_key(_config_error(raw), "tables.public.orders.unread_rows", "must be one of keep, delete")
+
+
 @pytest.mark.parametrize(("where", "key"), [("lake", "lake.truncate"), ("table", "tables.public.orders.truncate")])
 def test_truncate_must_be_ignore_or_clear(where: str, key: str) -> None:
     raw = _minimal()

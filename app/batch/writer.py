@@ -7,8 +7,9 @@
     ledger read    the delete ledger's keys (hard-delete tables), so an older event never revives a deleted row
     count          the latest event per key judged and counted (one aggregate over the persisted events); a row
                    to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first
-    unread rows    only when a full snapshot of the table ended in the batch (its last read): the table's rows it
-                   did not read get a delete each (app/cdc/derived.py), and the events are judged again
+    unread rows    a table whose `unread_rows` is `delete`, when a full snapshot of it ended in the batch (its last
+                   read): the keys it did not read get a delete each (app/cdc/derived.py), and the events are
+                   judged again
     dead letters   the events that cannot be applied (`_cdc_error`) and the records found unusable before decoding,
                    to the dead-letter table, before the table's commit (app/sink/deadletters.py); in fail-fast
                    mode the first of them stops the batch instead
@@ -255,7 +256,7 @@ class TableWriter:
         try:
             step.enter("count", plan.stats.steps_s)
             judged_df, counts = self._judge(plan, target, judged_df)
-            if counts["snapshot_end"] is not None and not self.replay and len(plan.topics_per_source()) < 2:
+            if counts["snapshot_end"] is not None and plan.route.unread_rows == "delete" and not self.replay:
                 step.enter("unread rows", plan.stats.steps_s)
                 judged_df, counts = self._with_unread_deletes(plan, target, judged_df, ledger_df, counts=counts,
                                                                batch_id=step.batch_id)
@@ -317,6 +318,12 @@ class TableWriter:
         key = required(plan.record_key, f"{plan.route.qualified_name}: the record key")
         log.info("batch=%s table=%s: truncated upstream at %s: the rows written before it are deleted",
                  batch_id, target.qualified_name, row["position"])
+        partitions = sorted({p for _, p in plan.summary.offsets})
+        if len(partitions) > 1:
+            log.warning("batch=%s table=%s: its topic has several partitions (%s here): a change written before the "
+                        "truncate that reaches the job in a later batch would stay; give a table that clears on "
+                        "truncates a topic of one partition (docs/sources.md \"Truncates\")", batch_id,
+                        target.qualified_name, ", ".join(map(str, partitions)))
         return dataclasses.replace(
             plan, events_df=with_truncate_deletes(rest_df, current_df, key, row["position"], row["ts_ms"]))
 
@@ -325,10 +332,20 @@ class TableWriter:
         counts: dict[str, Any], batch_id: int,
     ) -> tuple[DataFrame, dict[str, Any]]:
         """A full snapshot of the table ended in the batch: its rows the snapshot did not read get a delete each
-        (app/cdc/derived.py), and the events are judged again. Positions of several source servers do not compare:
-        the caller leaves a table fed by several alone."""
+        (app/cdc/derived.py), and the events are judged again. Left alone, with a warning: a table fed by several
+        topics (each a data collection of its own, whose last read says nothing of the others'), and a table with
+        dead letters (one may be a read of the snapshot)."""
         spark = judged_df.sparkSession
         if not table_exists(spark, target.path):
+            return judged_df, counts
+        table = target.qualified_name
+        why = (f"it is fed by {len(plan.topics)} topics" if len(plan.topics) > 1
+               else "it has dead letters, one of which may be a read of the snapshot"
+               if counts["poison"] or self.dead_letters.has_pending(spark, table) else None)
+        if why is not None:
+            log.warning("batch=%s table=%s: a full snapshot of the table ended at %s; the rows it did not read are "
+                        "kept (unread_rows: delete), as %s: check the table against its source", batch_id, table,
+                        counts["snapshot_end"], why)
             return judged_df, counts
         key = required(plan.record_key, f"{plan.route.qualified_name}: the record key")
         events_df = with_unread_deletes(required(plan.events_df, "the events"),
@@ -336,7 +353,12 @@ class TableWriter:
                                         counts["snapshot_end_ts_ms"])
         with_unread = dataclasses.replace(plan, events_df=events_df)
         judged_df.unpersist()
-        judged_df, counts = self._judge(with_unread, target, with_unread.judged_df(ledger_df).persist())
+        rejudged_df = with_unread.judged_df(ledger_df).persist()
+        try:
+            judged_df, counts = self._judge(with_unread, target, rejudged_df)
+        except Exception:
+            rejudged_df.unpersist()
+            raise
         log.info(
             "batch=%s table=%s: a full snapshot of the table ended at %s; %d row(s) it did not read deleted (gone "
             "upstream while no change streamed)", batch_id, target.qualified_name, counts["snapshot_end"],
@@ -609,7 +631,7 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
     good = F.col(ERROR_COL).isNull() if ERROR_COL in judged_df.columns else F.lit(True)
     snapshot_end = F.coalesce(F.col(SNAPSHOT_END_COL), F.lit(False)) if SNAPSHOT_END_COL in judged_df.columns \
         else F.lit(False)
-    derived = F.col(OFFSET_COL) == -1
+    derived = F.col(PARTITION_COL) == -1
     per_source = [
         F.max(F.when(latest & ~blocked & F.col(TOPIC_COL).isin(topics), F.col(POSITION_COL)))
         .alias(f"max_position:{label}")
@@ -619,7 +641,7 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
         F.count(F.when(good, 1)).alias("events"),
         F.count(F.when(~good, 1)).alias("poison"),
         F.count(F.when(good & (F.col(OP_COL) == OP_READ), 1)).alias("snapshot_reads"),
-        # A full snapshot's last read, and the deletes derived from the batch's events (offset -1: app/cdc/derived.py).
+        # A full snapshot's last read; the deletes derived from the events (partition -1: app/cdc/derived.py).
         F.max(F.when(good & snapshot_end, F.col(POSITION_COL))).alias("snapshot_end"),
         F.max(F.when(good & snapshot_end, F.col(SOURCE_TS_COL))).alias("snapshot_end_ts_ms"),
         F.count(F.when(derived, 1)).alias("derived"),

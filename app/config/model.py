@@ -15,6 +15,8 @@ IdType = Literal["contentId", "globalId"]
 DeleteMode = Literal["hard", "soft"]
 # What a TRUNCATE upstream does to the Silver table (the connector must send it: `skipped.operations=none`).
 TruncateMode = Literal["ignore", "clear"]
+# What happens to the rows a full snapshot of a table did not read (app/cdc/derived.py).
+UnreadRowsMode = Literal["keep", "delete"]
 # Copy-on-Write rewrites a file per update (fast reads); Merge-on-Read appends log files, compacted inline.
 TableType = Literal["COPY_ON_WRITE", "MERGE_ON_READ"]
 # Which Debezium connector feeds a source; mariadb and mysql share the binlog position.
@@ -123,6 +125,7 @@ class TableConfig:
     record_key: list[str] | None = None
     delete_mode: DeleteMode | None = None  # unset: lake.delete_mode
     truncate: TruncateMode | None = None  # unset: lake.truncate
+    unread_rows: UnreadRowsMode | None = None  # unset: lake.unread_rows
     table_type: TableType | None = None  # unset: lake.table_type
     # `column`, `day(column)`, `month(column)` or `year(column)` (app/sink/partitioning.py); unset: not partitioned.
     partition_by: str | None = None
@@ -216,6 +219,12 @@ class LakeConfig:
     # `clear` deletes every row written before it, in source order with the table's other events (a table fed by
     # one topic; docs/sources.md "Truncates").
     truncate: TruncateMode = "ignore"
+    # After a full snapshot's last read of a table (an initial or blocking snapshot, or a connector's snapshot after
+    # its offsets were lost): `delete` deletes the Silver rows the snapshot did not read (gone upstream while no
+    # change streamed); `keep` leaves them. `delete` only where every full snapshot of the table reads all its rows:
+    # no `additional-conditions` in a blocking snapshot's signal, no `snapshot.select.statement.overrides`, no
+    # custom snapshot query (docs/concepts.md "Snapshots under live writes").
+    unread_rows: UnreadRowsMode = "keep"
     # Merge-on-Read tables compact their log files inline once this many delta commits have piled up.
     compaction_delta_commits: int = 3
     # The cleaner keeps the files of this many latest commits (time travel and incremental reads reach back

@@ -33,6 +33,7 @@ class TableRoute:
     record_key: tuple[str, ...] | None
     delete_mode: str = "hard"
     truncate: str = "ignore"
+    unread_rows: str = "keep"
     table_type: str = "COPY_ON_WRITE"
     partition: PartitionSpec | None = None
     compaction_delta_commits: int = 3
@@ -156,6 +157,7 @@ def route_topic(topic: str, config: JobConfig, roots: PartitionRoots | None = No
         record_key=tuple(override.record_key) if override.record_key else None,
         delete_mode=override.delete_mode or config.lake.delete_mode,
         truncate=override.truncate or config.lake.truncate,
+        unread_rows=override.unread_rows or config.lake.unread_rows,
         table_type=override.table_type or config.lake.table_type,
         partition=override.partition,
         compaction_delta_commits=override.compaction_delta_commits or config.lake.compaction_delta_commits,

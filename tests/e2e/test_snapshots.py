@@ -125,7 +125,9 @@ def _job_conf(config: JobConfig, path: Path) -> Path:
     raw = yaml.safe_load(LOCAL_CONF.read_text())
     raw["kafka"].update({"topic_pattern": re.escape(TOPIC), "max_offsets_per_trigger": None})
     raw.pop("sources", None)
-    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId", "snapshot_new_columns": "none"}
+    raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId", "snapshot_new_columns": "none",
+                     # every full snapshot reads the whole table: the rows one did not read are gone upstream
+                     "tables": {f"{SCHEMA}.accounts": {"unread_rows": "delete"}}}
     lake = config.lake
     raw["lake"].update({"database": lake.database, "silver_path": lake.silver_path, "bronze_path": lake.bronze_path,
                         "checkpoint_path": lake.checkpoint_path})

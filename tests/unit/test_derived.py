@@ -7,7 +7,6 @@ from typing import Any
 
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
@@ -19,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.cdc.derived import with_truncate_deletes, with_unread_deletes
+from app.cdc.derived import LAST_OFFSET, with_truncate_deletes, with_unread_deletes
 from app.cdc.unwrap import filter_latest, with_latest_flag
 
 EVENTS = StructType([
@@ -43,20 +42,17 @@ TS = 5_000
 
 def _e(key: int, v: str | None, op: str, pos: str, offset: int, *, end: bool = False) -> tuple[Any, ...]:
     deleted = op == "d"
-    return (key, v, op, pos, None if offset < 0 else 1_000, 0 if offset >= 0 else -1, offset, deleted, [], end)
+    return (key, v, op, pos, 1_000, 0, offset, deleted, [], end)
 
 
-def _unread_delete(key: int, v: str, pos: str) -> tuple[Any, ...]:
-    return (key, v, "d", pos, TS, -1, -1, True, [], False)
-
-
-def test_rows_below_the_snapshot_not_read_get_a_delete_and_the_reads_win(spark: SparkSession) -> None:
+def test_keys_below_the_snapshot_with_nothing_at_or_above_it_get_a_delete(spark: SparkSession) -> None:
     events_df = spark.createDataFrame([
         _e(1, "read", "r", SNAPSHOT, 10),
-        _e(5, "read last", "r", SNAPSHOT, 11, end=True),
-    ], EVENTS).withColumn("_cdc_source_ts_ms", F.lit(TS).cast("long"))
+        _e(6, "inserted", "c", "0040", 11),  # below the snapshot, in this batch only: not read, so gone
+        _e(5, "read last", "r", SNAPSHOT, 12, end=True),
+    ], EVENTS)
     current_df = spark.createDataFrame([
-        ("1", 1, "old", "u", "0010", 1, 0, 3, False),  # read by this batch: the read wins
+        ("1", 1, "old", "u", "0010", 1, 0, 3, False),  # read by this batch: left alone
         ("2", 2, "gone", "c", "0020", 1, 0, 4, False),  # not read: deleted upstream meanwhile
         ("3", 3, "read before", "r", SNAPSHOT, 1, 0, 5, False),  # read by an earlier batch of the snapshot
         ("4", 4, "changed after", "u", "0060", 1, 0, 6, False),  # changed after the snapshot
@@ -65,28 +61,52 @@ def test_rows_below_the_snapshot_not_read_get_a_delete_and_the_reads_win(spark: 
 
     actual_df = with_unread_deletes(events_df, current_df, ["id"], SNAPSHOT, TS)
 
-    expected_df = spark.createDataFrame([
-        _e(1, "read", "r", SNAPSHOT, 10),
-        _e(5, "read last", "r", SNAPSHOT, 11, end=True),
-        _unread_delete(1, "old", "0010"),
-        _unread_delete(2, "gone", "0020"),
-        _unread_delete(5, "old", "0005"),
-    ], EVENTS).withColumn("_cdc_source_ts_ms", F.lit(TS).cast("long"))
-    assert_df_equality(actual_df, expected_df, ignore_row_order=True, ignore_nullable=True)
+    expected_df = spark.createDataFrame([(2, "gone", "d", "0020", TS, -1, LAST_OFFSET, True, [], False),
+                                         (6, "inserted", "d", "0040", TS, -1, LAST_OFFSET, True, [], False)], EVENTS)
+    assert_df_equality(actual_df.filter("_kafka_partition = -1"), expected_df, ignore_row_order=True,
+                       ignore_nullable=True)
     latest = actual_df.transform(with_latest_flag, ["id"]).transform(filter_latest)
     assert sorted((r.id, r._cdc_op, r.v) for r in latest.collect()) == [
-        (1, "r", "read"), (2, "d", "gone"), (5, "r", "read last")]
+        (1, "r", "read"), (2, "d", "gone"), (5, "r", "read last"), (6, "d", "inserted")]
 
 
-def test_a_delete_at_the_rows_position_loses_to_a_real_event_at_the_same_position(spark: SparkSession) -> None:
-    # The snapshot's read of key 1 at a position equal to the row's: the read (a real offset) is the latest.
-    events_df = spark.createDataFrame([_e(1, "read", "r", SNAPSHOT, 10, end=True)], EVENTS)
-    current_df = spark.createDataFrame([("1", 1, "old", "u", "0010", 1, 0, 3, False)], SILVER)
+def test_a_delete_at_the_keys_own_position_wins_over_the_event_there(spark: SparkSession) -> None:
+    # Key 1's event in the batch is the very version Silver holds (a replay): same position, the delete wins.
+    events_df = spark.createDataFrame([_e(1, "v1", "u", "0030", 10), _e(9, "read", "r", SNAPSHOT, 11, end=True)],
+                                      EVENTS)
+    current_df = spark.createDataFrame([("1", 1, "v1", "u", "0030", 1, 0, 10, False)], SILVER)
 
-    actual_df = with_unread_deletes(events_df, current_df, ["id"], "0011", TS)
+    actual_df = with_unread_deletes(events_df, current_df, ["id"], SNAPSHOT, TS)
 
     latest = actual_df.transform(with_latest_flag, ["id"]).transform(filter_latest).collect()
-    assert [(r.id, r._cdc_op) for r in latest] == [(1, "r")]
+    assert sorted((r.id, r._cdc_op) for r in latest) == [(1, "d"), (9, "r")]
+
+
+def test_a_key_with_an_event_in_error_is_left_alone(spark: SparkSession) -> None:
+    # Key 3's read could not be applied (a dead letter): it may be a read of the snapshot, so its row stays.
+    schema = StructType([*EVENTS.fields, StructField("_cdc_error", StructType(
+        [StructField("kind", StringType()), StructField("message", StringType())]))])
+    events_df = spark.createDataFrame([(*_e(3, None, "r", SNAPSHOT, 10), ("decode", "bad bytes")),
+                                       (*_e(9, "read", "r", SNAPSHOT, 11, end=True), None)], schema)
+    current_df = spark.createDataFrame([("3", 3, "kept", "c", "0020", 1, 0, 4, False)], SILVER)
+
+    actual_df = with_unread_deletes(events_df, current_df, ["id"], SNAPSHOT, TS)
+
+    assert actual_df.filter("_kafka_partition = -1").count() == 0
+
+
+def test_rows_of_the_older_postgresql_format_compare_as_the_new_one(spark: SparkSession) -> None:
+    # Written before positions led with the commit LSN: "L" sorts where "L:L" does now.
+    snapshot = "00000000/0000000B:00000000/0000000B"
+    events_df = spark.createDataFrame([_e(9, "read", "r", snapshot, 11, end=True)], EVENTS)
+    current_df = spark.createDataFrame([
+        ("1", 1, "older", "c", "00000000/0000000A", 1, 0, 1, False),  # below: not read
+        ("2", 2, "read", "r", "00000000/0000000B", 1, 0, 2, False),  # the snapshot's own position: read by it
+    ], SILVER)
+
+    deletes = with_unread_deletes(events_df, current_df, ["id"], snapshot, TS).filter("_kafka_partition = -1")
+
+    assert [(r.id, r._cdc_position) for r in deletes.collect()] == [(1, "00000000/0000000A:00000000/0000000A")]
 
 
 def test_a_soft_delete_table_flags_the_unread_row_and_keeps_its_values(spark: SparkSession) -> None:
@@ -98,7 +118,7 @@ def test_a_soft_delete_table_flags_the_unread_row_and_keeps_its_values(spark: Sp
         ("3", 3, "deleted before", "d", "0030", 1, 0, 5, False, True),  # flagged already: left alone
     ], f"{SILVER}, _cdc_deleted boolean")
 
-    rows = with_unread_deletes(events_df, current_df, ["id"], SNAPSHOT, TS).filter("_kafka_offset = -1").collect()
+    rows = with_unread_deletes(events_df, current_df, ["id"], SNAPSHOT, TS).filter("_kafka_partition = -1").collect()
 
     assert [(r.id, r.v, r._hoodie_is_deleted, r._cdc_deleted, r._cdc_deleted_at is not None) for r in rows] == [
         (2, "gone", False, True, True)]
@@ -119,7 +139,7 @@ def test_a_truncate_deletes_every_key_written_before_it_and_later_events_win(spa
 
     actual_df = with_truncate_deletes(events_df, current_df, ["id"], truncated, TS)
 
-    deletes = actual_df.filter("_kafka_offset = -1")
+    deletes = actual_df.filter("_kafka_partition = -1")
     assert sorted((r.id, r._cdc_op, r._cdc_position, r._hoodie_is_deleted) for r in deletes.collect()) == [
         (1, "d", truncated, True), (3, "d", truncated, True), (4, "d", truncated, True)]
     latest = actual_df.transform(with_latest_flag, ["id"]).transform(filter_latest)
