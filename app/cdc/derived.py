@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from app.cdc.columns import (
@@ -43,7 +43,7 @@ from app.cdc.columns import (
     SOURCE_TS_COL,
     UNAVAILABLE_COL,
 )
-from app.cdc.unwrap import OP_DELETE
+from app.cdc.unwrap import OP_DELETE, dedupe_latest
 
 OLD_POSTGRES_WIDTH: Final = 17  # `XXXXXXXX/XXXXXXXX`, PostgreSQL's position before the commit LSN led it
 LAST_OFFSET: Final = 2**63 - 1
@@ -60,7 +60,7 @@ def with_unread_deletes(
     good = F.col(ERROR_COL).isNull() if ERROR_COL in events_df.columns else F.lit(True)
     seen = events_df.filter(~below | ~good).select(*key_columns)
     rows = events_df.filter(below & good).unionByName(_as_events(events_df, _live(current_df)).filter(below))
-    unread = _latest(rows.join(seen, list(key_columns), "left_anti").select(*events_df.columns), key_columns)
+    unread = dedupe_latest(rows.join(seen, list(key_columns), "left_anti").select(*events_df.columns), key_columns)
     # At the key's own latest position, winning a tie with the event that wrote it (the highest offset there is).
     deletes = _deletes(events_df, unread, key_columns, _comparable(F.col(POSITION_COL)), snapshot_ts_ms,
                        offset=LAST_OFFSET)
@@ -86,7 +86,8 @@ def with_truncate_deletes(
     rows = events_df.filter(below & good & keyed)
     if current_df is not None:
         rows = rows.unionByName(_as_events(events_df, _live(current_df)).filter(below))
-    deletes = _deletes(events_df, _latest(rows, key_columns), key_columns, F.lit(truncate_position), truncate_ts_ms)
+    latest = dedupe_latest(rows, key_columns)
+    deletes = _deletes(events_df, latest, key_columns, F.lit(truncate_position), truncate_ts_ms)
     return events_df.unionByName(deletes)
 
 
@@ -95,12 +96,6 @@ def _comparable(position: Column) -> Column:
     `XXXXXXXX/XXXXXXXX`) as `<lsn>:<lsn>`, which is where its event sorts now (app/cdc/position.py)."""
     return F.when(F.length(position) == OLD_POSTGRES_WIDTH, F.concat(position, F.lit(":"), position)) \
         .otherwise(position)
-
-
-def _latest(rows_df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
-    """The latest row per key, by position then Kafka offset."""
-    order = Window.partitionBy(*key_columns).orderBy(F.col(POSITION_COL).desc(), F.col(OFFSET_COL).desc())
-    return rows_df.withColumn("_cdc_rank", F.row_number().over(order)).filter("_cdc_rank = 1").drop("_cdc_rank")
 
 
 def _live(current_df: DataFrame) -> DataFrame:
@@ -125,7 +120,7 @@ def _deletes(  # noqa: PLR0917 - the rows, where their deletes sort, and when
     events_df: DataFrame, rows_df: DataFrame, key_columns: Sequence[str], position: Column, ts_ms: int | None,
     offset: int = -1,
 ) -> DataFrame:
-    """A delete event at `position` (evaluated on `rows_df`) for each row of `rows_df`, in `events_df`'s columns."""
+    """A delete event at `position` (evaluated on the row in `events_df`'s columns) for each row of `rows_df`."""
     missing = [c for c in key_columns if c not in rows_df.columns]
     if missing:
         raise ValueError(f"the rows lack the record key columns {missing}")
@@ -143,10 +138,6 @@ def _deletes(  # noqa: PLR0917 - the rows, where their deletes sort, and when
     if SOFT_DELETED_COL in events_df.columns:  # the row stays, flagged, its values its own
         fixed.update({DELETED_COL: F.lit(False), SOFT_DELETED_COL: F.lit(True),
                       SOFT_DELETED_AT_COL: F.timestamp_millis(F.lit(ts_ms).cast("long"))})
-    available = set(rows_df.columns)
-    return rows_df.select(*[
-        fixed[name].alias(name) if name in fixed
-        else F.col(name).cast(types[name]).alias(name) if name in available and name != ERROR_COL
-        else F.lit(None).cast(types[name]).alias(name)
-        for name in events_df.columns
+    return _as_events(events_df, rows_df).select(*[
+        fixed[name].alias(name) if name in fixed else F.col(name) for name in events_df.columns
     ])
