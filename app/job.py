@@ -21,13 +21,13 @@ from app.errors import PipelineError, java_root_cause
 from app.hooks import Hooks
 from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
-from app.routing.route import TableRoute, check_routes, skip_reason
+from app.routing.route import TableRoute, claim_routes, skip_reason
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 from app.state.layout import check_layouts, log_unmatched, unmatched_settings
 from app.state.metrics import JobMetrics, MetricsListener
 from app.state.preflight import check_services
 from app.state.resume import kafka_partitions, resume_offsets
-from app.state.stale import log_stale, reroute_error, stale_tables
+from app.state.stale import log_stale, reroute_error, stale_tables, table_holder
 from app.state.status import Heartbeat, load_status, why, write_status
 from app.wire.registry import RegistryClient
 from app.wire.source import read_kafka
@@ -82,12 +82,15 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
     the status they leave, written whatever their outcome; from here on the processor writes it after every
     batch."""
     partitions = check_services(spark, config, processor.planner.registry, lambda: kafka_partitions(spark, config))
-    routes = check_routes(config, partitions, all_partition_roots(spark, config))
+    routes, refused = claim_routes(config, partitions, all_partition_roots(spark, config), table_holder(spark, config))
+    processor.planner.claim(routes)
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
              ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
     skipped = {topic: reason for topic in sorted(partitions) if (reason := skip_reason(topic, config)) is not None}
     for topic, reason in skipped.items():
         log.info("topic %s feeds no table: %s", topic, reason)
+    for topic, reason in refused.items():
+        skipped[topic] = processor.planner.refuse(topic, reason)
     stale, rerouted = stale_tables(spark, config, routes)
     log_stale(stale)
     unmatched = unmatched_settings(config, routes)

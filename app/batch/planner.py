@@ -38,7 +38,7 @@ from app.cdc.unwrap import (
 from app.config import JobConfig
 from app.errors import EnvelopeError, RegistryError, SchemaDecodeError, SourceSettingError, required
 from app.routing.catalog import PartitionRoots, all_partition_roots
-from app.routing.route import TableRoute, route_topic, skip_reason
+from app.routing.route import TableRoute, claim_tables, route_topic, skip_reason
 from app.sink.hudi import HudiTarget, recorded_record_key
 from app.sink.quarantine import Quarantine
 from app.state.stats import TableBatchStats
@@ -63,12 +63,31 @@ class Planner:
         self.registry = registry
         self.quarantine = quarantine or Quarantine(config)
         self._unknown_since: dict[SchemaRef, float] = {}  # schema ids the registry answered 404 for: since when
+        # Each Silver table's first route (app/routing/route.py `claim_tables`): seeded at start, then by each topic
+        # that appears; and the topics refused a table another holds, with why.
+        self.claims: dict[str, TableRoute | None] = {}
+        self.refused: dict[str, str] = {}
+
+    def claim(self, routes: list[TableRoute]) -> None:
+        """The routes found at start claim their tables (`claim_routes` left one holder per table)."""
+        for route in routes:
+            self.claims.setdefault(route.qualified_name, route)
+
+    def refuse(self, topic: str, why: str) -> str:
+        """A topic refused its table: said once per run, at error level; returns the reason status.json gives."""
+        reason = f"REFUSED: {why}"
+        if self.refused.get(topic) != reason:
+            self.refused[topic] = reason
+            log.error("topic %s %s. Bronze keeps its records; after setting the name, restart the job and snapshot "
+                      "the table (docs/sources.md \"Snapshots of one table\")", topic, reason)
+        return reason
 
     def plan(self, raw_df: DataFrame) -> BatchPlan:
         """What a batch writes, per table, without writing: the Silver frames and their targets.
 
         Runs one Spark action (the summary aggregate) and the registry look-ups; the returned frames are lazy.
-        Topics that feed no table (`app/routing/route.skip_reason`) are left out, in `BatchPlan.skipped`.
+        Topics that feed no table (`app/routing/route.skip_reason`), and topics refused a table another topic holds
+        (`claim_tables`), are left out, in `BatchPlan.skipped`.
 
         Raises:
             SchemaDecodeError: a value lacks the framing.
@@ -85,10 +104,23 @@ class Planner:
                 s = summary.pop(topic)
                 skipped[topic] = SkippedTopic(reason, s.rows_in, s.offsets)
         roots = all_partition_roots(raw_df.sparkSession, self.config)
+        for topic, why in claim_tables(self._routes(summary, roots), self.claims, self.config).items():
+            s = summary.pop(topic)
+            skipped[topic] = SkippedTopic(self.refuse(topic, why), s.rows_in, s.offsets)
         if self.config.dead_letters.mode == "fail_fast":
             self._check_framing(framed_df, summary, roots)
         topic_plans = [self._plan_topic(framed_df, topic, s, roots) for topic, s in sorted(summary.items())]
         return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots, newest)
+
+    def _routes(self, summary: dict[str, TopicSummary], roots: PartitionRoots) -> list[TableRoute]:
+        """The batch's topics' routes; a topic of no known form is left to its plan (which names the record)."""
+        routes = []
+        for topic in summary:
+            try:
+                routes.append(route_topic(topic, self.config, roots))
+            except EnvelopeError:
+                continue
+        return routes
 
     def framings(self) -> list[tuple[str, Framing]]:
         """Each source's topic prefix and wire framing."""

@@ -10,12 +10,16 @@ That rule maps `a_b.c` and `a.b_c` to one name. Two topics share a Silver table 
   table's route: its name and overrides, all from one source server, whose keys are unique across partitions;
 - source tables given one `name` with a discriminator each, or `unique_keys` each (shards; app/config/model.py
   checks the declarations).
-Any other pair is refused: `check_routes` at start, the batch within one batch, and a table whose commits hold
-another topic's offsets refuses a second topic; each error names the `name` setting that separates them.
+Any other pair is refused, each refusal naming the `name` setting that separates them (`claim_tables`): at start
+(`claim_routes`), two topics of a table no commit holds yet stop the job (its config must say which is which),
+and where one of them holds the table's commits the others are refused; a topic that appears later and would
+write a table another topic holds, or two that appear together for a new table, are refused (Bronze keeps their
+records) while the other tables go on. A table whose commits hold another topic's offsets refuses a second topic
+(`check_owner`), for tables whose holder is no subscribed topic any longer.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from app.config import DiscriminatorConfig, JobConfig, PartitionSpec, SourceConfig
@@ -172,29 +176,102 @@ def route_topic(topic: str, config: JobConfig, roots: PartitionRoots | None = No
 
 
 def check_routes(config: JobConfig, topics: Iterable[str], roots: PartitionRoots | None = None) -> list[TableRoute]:
-    """The routes of the topics the job subscribes to, refusing two topics that map to one Silver table unless
-    they may share it (module docstring).
+    """`claim_routes` where no table is held yet (a config checked before any run): any two topics that map to one
+    Silver table and may not share it are refused.
+
+    Raises:
+        ConfigError: names the setting that separates them.
+    """
+    return claim_routes(config, topics, roots)[0]
+
+
+def claim_routes(
+    config: JobConfig, topics: Iterable[str], roots: PartitionRoots | None = None,
+    holder: Callable[[list[TableRoute]], TableRoute | None] | None = None,
+) -> tuple[list[TableRoute], dict[str, str]]:
+    """The routes of the topics the job subscribes to, and the topics refused because another holds their Silver
+    table (topic -> why, naming the setting): two topics map to one table unless they may share it (module
+    docstring). `holder(routes)`: of the routes contesting one table, the one whose offsets its commits hold, if
+    any (read only for contested tables); that one keeps the table.
 
     Topics of no source, or of another form, are left to the batch (which names the record).
 
     Raises:
-        ConfigError: two topics map to one Silver table; names the setting that separates them.
+        ConfigError: two topics map to one Silver table that none of them holds; names the setting that separates
+            them.
     """
     routes: list[TableRoute] = []
-    first: dict[str, TableRoute] = {}
     for topic in sorted(topics):
         if skip_reason(topic, config) is not None:
             continue
         try:
-            route = route_topic(topic, config, roots)
+            routes.append(route_topic(topic, config, roots))
         except EnvelopeError:
             continue
-        other = first.setdefault(route.qualified_name, route)
-        if other is not route and not other.may_share_table_with(route):
-            # the fix names the topic not declared a member of a merge
-            raise ConfigError(*(collision(route, other, config) if route.merged else collision(other, route, config)))
-        routes.append(route)
-    return routes
+    claims: dict[str, TableRoute | None] = {}
+    for table, members in _by_table(routes).items():
+        clash = _clash(members)
+        if clash is None:
+            continue
+        held = holder(members) if holder is not None else None
+        if held is None:
+            raise ConfigError(*_collision(*clash, config))
+        claims[table] = held
+    refused = claim_tables(routes, claims, config)
+    return [r for r in routes if r.topic not in refused], refused
+
+
+def claim_tables(
+    routes: Iterable[TableRoute], claims: dict[str, TableRoute | None], config: JobConfig
+) -> dict[str, str]:
+    """Each route claims its Silver table: a table's first claim (`claims`, by qualified name) keeps it, and a route
+    that may not share it with that claim is refused. Routes of a table not claimed yet that may not share it among
+    themselves are all refused, and so is every route to it from then on (its claim is None): nothing says which one
+    the table is for, and one written later would miss the records refused now. Returns the refused topics, each
+    with why (naming the setting that separates them); `claims` gains the tables claimed or contested here."""
+    refused: dict[str, str] = {}
+    for table, members in _by_table(routes).items():
+        if table in claims and claims[table] is None:
+            for route in members:
+                key = config.table_setting_key(route.source, route.source_key, "name")
+                refused[route.topic] = (f"topic {route.topic!r} maps to Silver table {table}, which topics mapping "
+                                        f"to it together contest; none of them is written until they are told "
+                                        f"apart ({key})")
+            continue
+        holder = claims.get(table)
+        if holder is None:
+            clash = _clash(members)
+            if clash is not None:
+                key, message = _collision(*clash, config)
+                for route in members:
+                    refused[route.topic] = f"{message}; none of them is written until they are told apart ({key})"
+                claims[table] = None
+                continue
+            claims[table] = holder = members[0]
+        for route in members:
+            if route.topic != holder.topic and not holder.may_share_table_with(route):
+                key, message = collision(holder, route, config)
+                refused[route.topic] = f"{message}; {holder.topic} holds the table ({key})"
+    return refused
+
+
+def _by_table(routes: Iterable[TableRoute]) -> dict[str, list[TableRoute]]:
+    grouped: dict[str, list[TableRoute]] = {}
+    for route in sorted(routes, key=lambda r: r.topic):
+        grouped.setdefault(route.qualified_name, []).append(route)
+    return grouped
+
+
+def _clash(members: list[TableRoute]) -> tuple[TableRoute, TableRoute] | None:
+    """The first pair of routes to one table that may not share it, if any."""
+    first = members[0]
+    other = next((r for r in members[1:] if not first.may_share_table_with(r)), None)
+    return None if other is None else (first, other)
+
+
+def _collision(first: TableRoute, second: TableRoute, config: JobConfig) -> tuple[str, str]:
+    """`collision`, naming the topic not declared a member of a merge."""
+    return collision(second, first, config) if second.merged else collision(first, second, config)
 
 
 def configured_topics(config: JobConfig) -> list[str]:

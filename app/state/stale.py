@@ -4,7 +4,7 @@ holding their applied offsets: found at start from each table's last commit, sho
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -98,3 +98,19 @@ def reroute_error(rerouted: list[Rerouted]) -> RerouteError:
         f"lake.checkpoint_path and --from-starting-offsets (kafka.starting_offsets: earliest, within Kafka's "
         f"retention); or undo the config change (docs/sources.md \"Partitioned and sharded sources\")"
     )
+
+
+def table_holder(spark: SparkSession, config: JobConfig) -> Callable[[list[TableRoute]], TableRoute | None]:
+    """For routes contesting one Silver table (app/routing/route.py `claim_routes`): the one whose offsets the
+    table's last commit holds (the same source table, or the same topic for commits that do not record it), if
+    any; the table's timeline is read then only."""
+
+    def holder(routes: list[TableRoute]) -> TableRoute | None:
+        committed = last_committed(spark, config.lake.table_path(routes[0].table, routes[0].database))
+        if committed is None:
+            return None
+        topics = {t for t, _ in committed.last}
+        return next((r for r in routes if r.source_identity == committed.source_table), None) or next(
+            (r for r in routes if committed.source_table is None and r.topic in topics), None)
+
+    return holder

@@ -94,7 +94,7 @@ from scripts.bench.source import BenchSource  # noqa: E402
 SCENARIOS = ("ceiling", "naive", "freshness", "backlog", "growth", "widen", "job-runs", "soak")
 DEFAULT_SCENARIOS = SCENARIOS[:-1]  # the soak takes its own half hour: asked for by name
 SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "tables": [3],
-         "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300}
+         "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300, "layouts": ["cow"]}
 log = logging.getLogger("bench")
 
 
@@ -534,7 +534,7 @@ def growth(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[li
     figures: list[Figure] = []
     options: dict[str, Any] = {}
     print(f"\nB5 growth: upserts of {args.batch} keys into {args.small:,} and {args.large:,} rows")
-    for layout, (table_type, partition) in LAYOUTS.items():
+    for layout, (table_type, partition) in ((k, LAYOUTS[k]) for k in args.layout):
         targets = {
             size: HudiTarget(database="bench_growth", table=f"{layout.replace('-', '_')}_{size}",
                              path=f"{lake}/growth/{layout}-{size}", record_key=("id",), table_type=table_type,
@@ -587,7 +587,7 @@ def widen(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[lis
     figures: list[Figure] = []
     print(f"\nwiden: the rewrite of {args.widen_rows:,} rows for a widened decimal against an upsert of "
           f"{args.batch} keys")
-    for layout, (table_type, partition) in LAYOUTS.items():
+    for layout, (table_type, partition) in ((k, LAYOUTS[k]) for k in args.layout):
         target = HudiTarget(database="bench_widen", table=f"{layout.replace('-', '_')}_{args.widen_rows}",
                             path=f"{lake}/widen/{layout}", record_key=("id",), table_type=table_type,
                             partition=partition)
@@ -735,6 +735,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=10_000, help="growth, widen: keys per upsert (10,000)")
     parser.add_argument("--widen-rows", type=int, default=200_000,
                         help="widen: rows of the table rewritten (200,000)")
+    parser.add_argument("--layout", action="append", choices=list(LAYOUTS),
+                        help="growth, widen: table layouts; repeatable (default: all)")
     parser.add_argument("--rate", type=float, default=100.0, help="freshness: transactions a second (100)")
     parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
     parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")
@@ -756,9 +758,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.naive_tables, args.naive_rows, args.backlog_rows = SMOKE["tables"], SMOKE["naive_rows"], SMOKE[
             "backlog_rows"]
         args.widen_rows = SMOKE["widen_rows"]
+        args.layout = args.layout or SMOKE["layouts"]
         args.scenario = args.scenario or ["ceiling", "naive", "freshness", "backlog", "growth", "widen"]
     args.scenario = args.scenario or list(DEFAULT_SCENARIOS)
     args.tables = args.tables or [3, 7]
+    args.layout = args.layout or list(LAYOUTS)
     args.naive_tables = args.naive_tables or [7]
     if args.runs < 1 or args.batch < 1 or args.small < args.batch or args.large < args.small:
         parser.error("--runs >= 1, and --batch <= --small <= --large")

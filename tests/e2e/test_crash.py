@@ -68,10 +68,11 @@ NAMED = (
 )
 # Random moments of the job's first minute on an empty lake (8-40 s after the start, then 0-20 s after the first
 # batch's first table line, while it creates the others), every named
-# point, a second round of the in-batch ones, and random moments mid-batch: 19 kills at least.
+# point, a second round of the two inside and after a commit (tables that already hold Merge-on-Read logs), and random
+# moments mid-batch: 15 kills at least.
 PLAN = [
     "random_start", *["random_first_batch"] * 2, *NAMED,
-    "decode", "between_tables", "hudi_commit", "tables_committed", *["random"] * 5,
+    "hudi_commit", "tables_committed", *["random"] * 3,
 ]
 
 DDL = f"""
@@ -319,7 +320,7 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
 
     missed = [p for p in NAMED if not any(k.point == p and k.landed == "hit" for k in kills)]
     assert not missed, f"named points never hit with their precondition: {missed}\n{report}"
-    assert len(kills) >= 19
+    assert len(kills) >= len(PLAN)
 
 
 def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.Random) -> Kill:

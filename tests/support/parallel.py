@@ -23,7 +23,7 @@ from xdist.workermanage import WorkerController
 
 # A serial run's time per unit (scripts/test.sh prints it: "time per module"), to order them.
 WEIGHT_S: dict[str, float] = {
-    "tests/e2e/test_crash.py::test_kill_9_at_every_point_loses_and_duplicates_nothing": 830,
+    "tests/e2e/test_crash.py::test_kill_9_at_every_point_loses_and_duplicates_nothing": 760,
     "tests/e2e/test_partitions.py": 436,
     "tests/e2e/test_crash.py::test_kill_9_inside_table_creation_is_repaired_on_restart": 370,
     "tests/e2e/test_schema_changes.py": 700,
@@ -41,7 +41,8 @@ WEIGHT_S: dict[str, float] = {
     "tests/e2e/test_table_layouts.py": 122,
     "standalone-cluster": 100,
     "tests/e2e/test_exactly_once.py": 96,
-    "tests/e2e/test_widening_crash.py": 160,
+    "tests/e2e/test_widening_crash.py": 200,
+    "tests/e2e/test_bench_smoke.py": 400,
     "tests/e2e/test_unwrap_smt.py": 88,
     "tests/e2e/test_status.py": 60,
     "tests/e2e/test_startup_checks.py": 60,

@@ -11,7 +11,15 @@ from pyspark.sql import SparkSession
 
 from app.config import DiscriminatorConfig, JobConfig, TableConfig, parse_config
 from app.errors import ConfigError, EnvelopeError
-from app.routing.route import check_owner, check_routes, route_topic, skip_reason
+from app.routing.route import (
+    TableRoute,
+    check_owner,
+    check_routes,
+    claim_routes,
+    claim_tables,
+    route_topic,
+    skip_reason,
+)
 from app.wire.source import subscribe_pattern
 
 LAKE = {"database": "lake", "silver_path": "/l/silver", "bronze_path": "/l/bronze", "checkpoint_path": "/l/cp"}
@@ -125,6 +133,65 @@ def test_a_table_recording_its_source_table_refuses_another_and_takes_its_partit
         check_owner(late, ["crm.a.b_c"], config, "crm:a.b_c")
     assert "it holds the rows of crm:a.b_c, this topic is crm:a_b.c" in str(e.value)
     assert 'sources[0].tables."a_b.c".name' in str(e.value)
+
+
+def test_a_topic_appearing_later_is_refused_the_table_another_holds_and_the_others_go_on() -> None:
+    """A running job (app/batch/planner.py): the routes found at start claim their tables; a topic that appears
+    later and maps to one of them is refused, naming the setting, while new tables of their own are claimed."""
+    config = _config([{"topic_prefix": "crm"}])
+    claims: dict[str, TableRoute | None] = {}
+    assert claim_tables([route_topic("crm.a.b_c", config), route_topic("crm.x.y", config)], claims, config) == {}
+    assert sorted(claims) == ["lake.a_b_c", "lake.x_y"]
+
+    later = [route_topic(t, config) for t in ("crm.a.b_c", "crm.a_b.c", "crm.x.y", "crm.new.t")]
+    refused = claim_tables(later, claims, config)
+    assert list(refused) == ["crm.a_b.c"]
+    assert "topics 'crm.a.b_c' and 'crm.a_b.c' both map to Silver table lake.a_b_c" in refused["crm.a_b.c"]
+    assert "crm.a.b_c holds the table" in refused["crm.a_b.c"]
+    assert refused["crm.a_b.c"].endswith('(sources[0].tables."a_b.c".name)')
+    held = claims["lake.a_b_c"]
+    assert held is not None and held.topic == "crm.a.b_c" and "lake.new_t" in claims
+    assert claim_tables([route_topic("crm.a_b.c", config)], claims, config).keys() == {"crm.a_b.c"}  # every batch
+
+
+def test_two_topics_appearing_together_for_a_new_table_are_both_refused() -> None:
+    config = _config([{"topic_prefix": "crm"}])
+    claims: dict[str, TableRoute | None] = {}
+    refused = claim_tables([route_topic("crm.a.b_c", config), route_topic("crm.a_b.c", config),
+                            route_topic("crm.x.y", config)], claims, config)
+    assert sorted(refused) == ["crm.a.b_c", "crm.a_b.c"]
+    assert all("none of them is written until they are told apart" in why for why in refused.values())
+    assert claims["lake.a_b_c"] is None and claims["lake.x_y"] is not None
+    # Either one alone in a later batch is refused too: it would miss the records refused before.
+    later = claim_tables([route_topic("crm.a.b_c", config)], claims, config)
+    assert list(later) == ["crm.a.b_c"] and later["crm.a.b_c"].endswith('(sources[0].tables."a.b_c".name)')
+
+
+def test_at_start_the_topic_holding_a_contested_table_keeps_it() -> None:
+    """`claim_routes` with the tables' holders (app/state/stale.py `table_holder`): the topic whose offsets the
+    table's commits hold keeps it and the other is refused; a contested table nobody holds stops the start."""
+    config = _config([{"topic_prefix": "crm"}])
+    topics = ["crm.a_b.c", "crm.a.b_c", "crm.x.y"]
+    asked: list[list[str]] = []
+
+    def holder(routes: list[TableRoute]) -> TableRoute | None:
+        asked.append([r.topic for r in routes])
+        return next(r for r in routes if r.topic == "crm.a_b.c")
+
+    routes, refused = claim_routes(config, topics, None, holder)
+    assert asked == [["crm.a.b_c", "crm.a_b.c"]]  # the contested table only
+    assert sorted(r.topic for r in routes) == ["crm.a_b.c", "crm.x.y"]
+    assert list(refused) == ["crm.a.b_c"] and "crm.a_b.c holds the table" in refused["crm.a.b_c"]
+    with pytest.raises(ConfigError, match=r"both map to Silver table lake\.a_b_c"):
+        claim_routes(config, topics, None, lambda routes: None)
+
+
+def test_shards_and_partitions_share_a_claimed_table() -> None:
+    config = _config([{"topic_prefix": "crm"}])
+    roots = {"crm": {("s", "pay_1"): ("s", "pay"), ("s", "pay_2"): ("s", "pay")}}
+    claims: dict[str, TableRoute | None] = {}
+    assert claim_tables([route_topic("crm.s.pay", config, roots)], claims, config) == {}
+    assert claim_tables([route_topic(t, config, roots) for t in ("crm.s.pay_1", "crm.s.pay_2")], claims, config) == {}
 
 
 def test_the_single_source_form_names_its_top_level_tables_key() -> None:
