@@ -21,7 +21,7 @@ from app.errors import PipelineError, java_root_cause
 from app.hooks import Hooks
 from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
-from app.routing.route import TableRoute, claim_routes, skip_reason
+from app.routing.route import TableRoute, claim_routes, route_topic, skip_reason
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 from app.state.layout import check_layouts, log_unmatched, unmatched_settings
 from app.state.metrics import JobMetrics, MetricsListener
@@ -51,8 +51,9 @@ def start_query(
 
     Raises:
         ConfigError: a service's setting is wrong (app/state/preflight.py), two of the subscribed topics map to
-            one Silver table (app/routing/route.py), or a table's setting would change what an existing Silver
-            table was created with (app/state/layout.py).
+            one Silver table that none of them holds (app/routing/route.py `claim_routes`; one that holds it keeps
+            it and the others are refused), or a table's setting would change what an existing Silver table was
+            created with (app/state/layout.py).
         EnvelopeError: topics merged into one table disagree on a column's type (their latest schemas).
         RerouteError: a topic feeds another table now than the one that applied its offsets (app/state/status.py).
         ResumeError: the checkpoint is missing and the tables record no offsets.
@@ -82,8 +83,8 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
     the status they leave, written whatever their outcome; from here on the processor writes it after every
     batch."""
     partitions = check_services(spark, config, processor.planner.registry, lambda: kafka_partitions(spark, config))
-    routes, refused = claim_routes(config, partitions, all_partition_roots(spark, config), table_holder(spark, config))
-    processor.planner.claim(routes)
+    roots = all_partition_roots(spark, config)
+    routes, refused = claim_routes(config, partitions, roots, table_holder(spark, config), processor.planner.claims)
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
              ", ".join(f"{r.topic} -> {r.qualified_name}{_why(r)}" for r in routes) or "none yet")
     skipped = {topic: reason for topic in sorted(partitions) if (reason := skip_reason(topic, config)) is not None}
@@ -93,7 +94,7 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
         skipped[topic] = processor.planner.refuse(topic, reason)
     stale, rerouted = stale_tables(spark, config, routes)
     log_stale(stale)
-    unmatched = unmatched_settings(config, routes)
+    unmatched = unmatched_settings(config, [*routes, *(route_topic(t, config, roots) for t in refused)])
     log_unmatched(unmatched)
     status = processor.status = load_status(spark, config)
     status.record_start(conf_file, routes, skipped, stale)

@@ -1,5 +1,6 @@
 """Several topics feeding one Silver table (a partitioned table's partitions, declared shards): their plans
-grouped per table and merged into one, refused when they may not share it or disagree on a column's type."""
+grouped per table and merged into one, refused when they disagree on a column's type (topics that may not share a
+table never reach a batch's plans: app/routing/route.py `claim_tables`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -19,7 +20,8 @@ from app.state.stats import TableBatchStats
 
 def plans_per_table(topic_plans: list[TablePlan], config: JobConfig) -> list[TablePlan]:
     """One plan per Silver table. Topics share a table only when they may (app/routing/route.py): two other topics
-    writing one table would interleave positions of different tables, so they are refused."""
+    writing one table would interleave positions of different tables. The planner's `claim_tables` keeps such a
+    pair out of the batch; this refuses one that got through all the same."""
     grouped: dict[str, list[TablePlan]] = {}
     for plan in topic_plans:
         group = grouped.setdefault(plan.route.qualified_name, [])

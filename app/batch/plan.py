@@ -155,7 +155,8 @@ def quarantined_coordinates(framed_df: DataFrame, topics: list[str], reason: str
 
 @dataclass(frozen=True)
 class SkippedTopic:
-    """A topic of the batch that feeds no table (app/routing/route.py: skip_reason); Bronze keeps its records."""
+    """A topic of the batch that feeds no table (app/routing/route.py: skip_reason), or is refused the table another
+    topic holds (`claim_tables`); Bronze keeps its records."""
 
     reason: str
     records: int

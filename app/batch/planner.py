@@ -42,6 +42,7 @@ from app.routing.route import TableRoute, claim_tables, route_topic, skip_reason
 from app.sink.hudi import HudiTarget, recorded_record_key
 from app.sink.quarantine import Quarantine
 from app.state.stats import TableBatchStats
+from app.state.status import REFUSED
 from app.wire.decode import decode_value, error_struct, record_fields
 from app.wire.framing import Framing, with_source_framings
 from app.wire.registry import HTTP_NOT_FOUND, RegistryClient, SchemaRef
@@ -63,23 +64,19 @@ class Planner:
         self.registry = registry
         self.quarantine = quarantine or Quarantine(config)
         self._unknown_since: dict[SchemaRef, float] = {}  # schema ids the registry answered 404 for: since when
-        # Each Silver table's first route (app/routing/route.py `claim_tables`): seeded at start, then by each topic
-        # that appears; and the topics refused a table another holds, with why.
+        # Each Silver table's claim (app/routing/route.py `claim_tables`; None: contested by topics that appeared
+        # together): made at start (app/job.py), then by each topic that appears; the topics refused, with why.
         self.claims: dict[str, TableRoute | None] = {}
         self.refused: dict[str, str] = {}
 
-    def claim(self, routes: list[TableRoute]) -> None:
-        """The routes found at start claim their tables (`claim_routes` left one holder per table)."""
-        for route in routes:
-            self.claims.setdefault(route.qualified_name, route)
-
     def refuse(self, topic: str, why: str) -> str:
         """A topic refused its table: said once per run, at error level; returns the reason status.json gives."""
-        reason = f"REFUSED: {why}"
-        if self.refused.get(topic) != reason:
-            self.refused[topic] = reason
-            log.error("topic %s %s. Bronze keeps its records; after setting the name, restart the job and snapshot "
-                      "the table (docs/sources.md \"Snapshots of one table\")", topic, reason)
+        reason = f"{REFUSED}{why}"
+        if topic not in self.refused:
+            log.error("topic %s %s. Bronze keeps its records; once the topics are told apart (restart the job), "
+                      "snapshot the table of each topic refused (docs/sources.md \"Snapshots of one table\")",
+                      topic, reason)
+        self.refused[topic] = reason
         return reason
 
     def plan(self, raw_df: DataFrame) -> BatchPlan:

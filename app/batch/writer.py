@@ -454,10 +454,10 @@ class TableWriter:
         batch_offsets = OffsetRanges(plan.summary.offsets)
         if committed is None:
             return plan, batch_offsets
-        if self.replay:  # dead letters lie below the committed offsets: their positions decide instead
-            return plan, batch_offsets
         if not plan.route.merged:  # declared shards were checked when grouped
             check_owner(plan.route, {topic for topic, _ in committed.last}, self.config, committed.source_table)
+        if self.replay:  # dead letters lie below the committed offsets: their positions decide instead
+            return plan, batch_offsets
         if committed.covers(batch_offsets):
             plan.stats.replayed = plan.summary.rows_in
             plan.stats.skipped = 0

@@ -188,11 +188,13 @@ def check_routes(config: JobConfig, topics: Iterable[str], roots: PartitionRoots
 def claim_routes(
     config: JobConfig, topics: Iterable[str], roots: PartitionRoots | None = None,
     holder: Callable[[list[TableRoute]], TableRoute | None] | None = None,
+    claims: dict[str, TableRoute | None] | None = None,
 ) -> tuple[list[TableRoute], dict[str, str]]:
     """The routes of the topics the job subscribes to, and the topics refused because another holds their Silver
     table (topic -> why, naming the setting): two topics map to one table unless they may share it (module
-    docstring). `holder(routes)`: of the routes contesting one table, the one whose offsets its commits hold, if
-    any (read only for contested tables); that one keeps the table.
+    docstring). `claims`: the tables claimed so far in this process (`claim_tables`; a query started again after
+    an outage), updated here. `holder(routes)`: of the routes contesting a table not claimed yet, the one whose
+    offsets its commits hold, if any (read only for contested tables); that one keeps the table.
 
     Topics of no source, or of another form, are left to the batch (which names the record).
 
@@ -208,10 +210,10 @@ def claim_routes(
             routes.append(route_topic(topic, config, roots))
         except EnvelopeError:
             continue
-    claims: dict[str, TableRoute | None] = {}
+    claims = {} if claims is None else claims
     for table, members in _by_table(routes).items():
         clash = _clash(members)
-        if clash is None:
+        if clash is None or table in claims:
             continue
         held = holder(members) if holder is not None else None
         if held is None:
@@ -256,6 +258,7 @@ def claim_tables(
 
 
 def _by_table(routes: Iterable[TableRoute]) -> dict[str, list[TableRoute]]:
+    """Routes per Silver table, in topic order."""
     grouped: dict[str, list[TableRoute]] = {}
     for route in sorted(routes, key=lambda r: r.topic):
         grouped.setdefault(route.qualified_name, []).append(route)

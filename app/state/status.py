@@ -7,7 +7,8 @@ It says what the log says, in one place:
 - `tables`: each table's figures from the latest batch that held its topics (`TableBatchStats`, the figures of
   the per-table log line), with that batch's id and time;
 - `skipped_topics`: topics whose records feed no table, and why (Debezium's transaction, heartbeat and schema
-  change topics; Bronze keeps their records like every other);
+  change topics; topics refused a Silver table another topic holds, `REFUSED: ...`, until a start no longer
+  refuses them; Bronze keeps their records like every other);
 - `stale_tables`: Silver tables of the job's databases that no subscribed topic feeds any longer (such as the
   tables of a partitioned table's partitions, made before `catalog` was set), and why;
 - `dead_letters`: per Silver table, the records sent to the dead letters so far (app/sink/deadletters.py), per
@@ -49,6 +50,7 @@ from app.state.stats import TableBatchStats
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "status.json"
+REFUSED = "REFUSED: "  # a skipped topic's reason when another topic holds its table (app/batch/planner.py)
 MAX_DIVERGED_KEYS = 1000  # diverged keys listed per table; `diverged_keys_truncated` says when there are more
 
 
@@ -106,8 +108,13 @@ class JobStatus:
         reason; their figures carried from earlier runs) and the stale tables (app/state/stale.py)."""
         self.conf = conf
         self.set_routes(routes)
+        for topic in [t for t, s in self.skipped_topics.items() if str(s.get("reason", "")).startswith(REFUSED)]:
+            if topic not in skipped:  # a refusal lifted (app/routing/route.py claim_tables): not carried over
+                del self.skipped_topics[topic]
         for topic, reason in skipped.items():
-            self.skipped_topics.setdefault(topic, {"reason": reason, "batch_id": None, "at": None, "records": 0})
+            entry = self.skipped_topics.setdefault(topic, {"reason": reason, "batch_id": None, "at": None,
+                                                           "records": 0})
+            entry["reason"] = reason
         self.stale_tables = dict(stale)
 
     def record_batch(

@@ -25,7 +25,7 @@ Scenarios (`--scenario`, repeatable; default all but soak):
   growth    B5: one upsert batch (`--batch` keys spread evenly over all keys) into a table of `--small` rows and
             into one of `--large` rows, per layout (Copy-on-Write and Merge-on-Read with the job's index for a
             non-partitioned table, Merge-on-Read partitioned with the record-level index); the tables are loaded
-            with a bulk insert first. Ratio large / small per layout.
+            with a bulk insert first. Ratio large / small per layout (`--layout` chooses them).
   widen     a column widened upstream (a decimal's size) in a table of `--widen-rows` rows, per layout: the rewrite
             with the new type (app/sink/widening.py, once per change) against the baseline, an upsert of `--batch`
             keys into the same table (every batch); ratio rewrite / upsert.
@@ -736,7 +736,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--widen-rows", type=int, default=200_000,
                         help="widen: rows of the table rewritten (200,000)")
     parser.add_argument("--layout", action="append", choices=list(LAYOUTS),
-                        help="growth, widen: table layouts; repeatable (default: all)")
+                        help="growth, widen: table layouts; repeatable (default: all; --smoke: cow)")
     parser.add_argument("--rate", type=float, default=100.0, help="freshness: transactions a second (100)")
     parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
     parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")

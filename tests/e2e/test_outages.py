@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -245,6 +246,12 @@ def _said_during_outage(setup: Setup, *words: str) -> list[str]:
     return found
 
 
+def _held_s(line: str) -> float:
+    """The seconds a heartbeat line says a batch or a trigger has been held (app/job.py QueryWatch)."""
+    held = re.search(r" still running after (\d+) s| for (\d+) s, between batches", line)
+    return 0.0 if held is None else float(held.group(1) or held.group(2))
+
+
 def _said(setup: Setup, words: str, since: int = 0) -> list[str]:
     """The job's log lines holding `words`, from its line `since` on (of the current run's log)."""
     return [line for line in setup.job.log_lines()[since:] if words in line]
@@ -364,7 +371,7 @@ def test_a_table_created_upstream_under_a_taken_name_is_refused_and_the_others_g
     status = read_status(status_path(setup.config), "http://127.0.0.1:9000")
     refused = status["skipped_topics"][topic]
     assert refused["reason"].startswith("REFUSED: ") and key in refused["reason"] and refused["records"] > 0, refused
-    assert status["quarantined"] == {} and topic not in status["routes"], status
+    assert status["quarantined"] == {}, status
     bronze_df = required(read_bronze(spark, setup.config.lake.bronze_path, [topic]), "the clashing topic's Bronze")
     bronze = {r.offset for r in bronze_df.select("offset").collect()}
     assert len(bronze) >= 40, len(bronze)
@@ -456,8 +463,9 @@ def test_the_broker_cut_off_longer_than_sparks_retries(spark: SparkSession, setu
     # Mostly the driver's offset requests give up (kafka.options) and the query starts again; a batch whose tasks were
     # fetching when the cut came waits in the consumer's poll instead (kafkaConsumer.pollTimeoutMs: 120 s), and the
     # heartbeat says which step it is held in. Either way the job said so during the outage.
-    said = _said_during_outage(setup, "OUTAGE: cannot reach the broker (kafka.bootstrap_servers)",
-                               "still running after", "between batches")
+    said = [line for line in _said_during_outage(setup, "OUTAGE: cannot reach the broker (kafka.bootstrap_servers)",
+                                                 "still running after", "between batches")
+            if "OUTAGE" in line or _held_s(line) >= 20]  # held by the cut, not a batch a little long
     assert said, setup.job.log_lines()[since:][-40:]
     print("\n".join(line[:300] for line in said))
 
@@ -474,6 +482,9 @@ def test_the_registry_cut_off_with_new_schema_ids_and_a_cold_cache(spark: SparkS
     print(f"\ncatch-up after the registry outage (restarted inside it): {catch_up:.1f} s")
     _alive(setup)
     assert _said(setup, "OUTAGE: cannot reach the registry (registry.url)"), setup.job.log_lines()[-40:]
+    # The restart inside the outage found the clashing topic of the test above: refused at start, items holding
+    # its table (read from its commits).
+    assert _said(setup, f"topic {PREFIX}.{SCHEMA}.clash REFUSED"), setup.job.log_lines()[:40]
     status = read_status(status_path(setup.config), "http://127.0.0.1:9000")
     assert status["dead_letters"] == {} and status["outage"] is None, status  # waited; nothing dead-lettered
 

@@ -192,6 +192,17 @@ def test_shards_and_partitions_share_a_claimed_table() -> None:
     claims: dict[str, TableRoute | None] = {}
     assert claim_tables([route_topic("crm.s.pay", config, roots)], claims, config) == {}
     assert claim_tables([route_topic(t, config, roots) for t in ("crm.s.pay_1", "crm.s.pay_2")], claims, config) == {}
+    assert list(claims) == ["lake.s_pay"]
+    # Declared shards share theirs; a topic not declared one is refused it.
+    shards = _config([  # c.s.v's own name is s_v too
+        {"topic_prefix": "a", "tables": {"s.t": {"name": "s_v", "discriminator": {"column": "db", "value": "a"}}}},
+        {"topic_prefix": "b", "tables": {"s.u": {"name": "s_v", "discriminator": {"column": "db", "value": "b"}}}},
+        {"topic_prefix": "c"},
+    ])
+    claims = {}
+    assert claim_tables([route_topic("a.s.t", shards)], claims, shards) == {}
+    refused = claim_tables([route_topic(t, shards) for t in ("b.s.u", "c.s.v")], claims, shards)
+    assert list(refused) == ["c.s.v"] and "a.s.t holds the table" in refused["c.s.v"]
 
 
 def test_the_single_source_form_names_its_top_level_tables_key() -> None:

@@ -132,3 +132,14 @@ def test_keys_settled_by_a_snapshot_read_leave_the_diverged_keys() -> None:
     assert (entry["records"], entry["kinds"], entry["diverged_keys"]) == (4, {"decode": 4}, [])
     assert entry["last_batch_id"] == 3 and not entry["diverged_keys_truncated"]
     assert status.tables["lake.orders"]["settled"] == 2 and "pending_keys" not in status.tables["lake.orders"]
+
+
+def test_a_refusal_is_carried_only_while_a_start_refuses_the_topic() -> None:
+    """A topic refused a table another holds (app/routing/route.py claim_tables) is listed until a start no longer
+    refuses it (its `name` set); the other skipped topics stay, their reasons brought up to date."""
+    status = JobStatus()
+    status.record_start("c.yaml", [], {"cdc.s.clash": "REFUSED: topics ...", "cdc.transaction": "metadata"}, {})
+    status.record_batch(1, [], {"cdc.s.clash": ("REFUSED: topics ...", 3)}, 1.0)
+    status.record_start("c.yaml", [], {"cdc.s.late": "REFUSED: other", "cdc.transaction": "the metadata"}, {})
+    assert set(status.skipped_topics) == {"cdc.s.late", "cdc.transaction"}
+    assert status.skipped_topics["cdc.transaction"]["reason"] == "the metadata"
