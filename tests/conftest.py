@@ -15,6 +15,7 @@ import boto3
 import psycopg
 import pytest
 import requests
+from botocore.exceptions import ClientError
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
@@ -83,7 +84,9 @@ def lake_root(local_config: JobConfig, request: pytest.FixtureRequest) -> str:
     (s3a://t-<run>-<module>/tests/<run>), or under the run's local test folder when the local config keeps the
     lake on local disk.
 
-    A bucket per module: a module's lakes can be listed, and dropped, without the others' keys."""
+    A bucket per module: a module's lakes can be listed, and dropped, without the others' keys. A module whose tests
+    are units of their own (the crash tests: tests/support/parallel.py) may come back to a worker that made its bucket
+    already: it is used again (each test has a lake folder of its own)."""
     silver = local_config.lake.silver_path
     if not is_object_store(silver):
         return str(TEST_DIR)
@@ -91,7 +94,11 @@ def lake_root(local_config: JobConfig, request: pytest.FixtureRequest) -> str:
     bucket = f"t-{RUN_ID}-{module}".replace("_", "-")[:63].rstrip("-")
     s3 = boto3.client("s3", endpoint_url=local_config.spark.conf["spark.hadoop.fs.s3a.endpoint"],
                       region_name=local_config.spark.conf.get("spark.hadoop.fs.s3a.endpoint.region", "us-east-1"))
-    s3.create_bucket(Bucket=bucket)
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") not in ("BucketAlreadyExists", "BucketAlreadyOwnedByYou"):
+            raise
     return f"{silver.split('://', 1)[0]}://{bucket}/tests/{RUN_ID}"
 
 

@@ -94,7 +94,8 @@ from scripts.bench.source import BenchSource  # noqa: E402
 SCENARIOS = ("ceiling", "naive", "freshness", "backlog", "growth", "widen", "job-runs", "soak")
 DEFAULT_SCENARIOS = SCENARIOS[:-1]  # the soak takes its own half hour: asked for by name
 SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "tables": [3],
-         "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300, "layouts": ["cow"]}
+         "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300, "layouts": ["cow"],
+         "backlog_tables": 2}
 log = logging.getLogger("bench")
 
 
@@ -406,9 +407,10 @@ def naive(spark: SparkSession, config_file: str, config: JobConfig, lake: str, a
     """The job and the naive baseline (scripts/bench/naive.py), each `--available-now` in a process of its own over
     the same backlog on 7 tables, runs alternating, a fresh lake each; both must leave Silver equal to PostgreSQL.
     (The freshness side of B2 is in the freshness scenario: the naive baseline under the same workload.)"""
-    with backlog_source(config, "n", 7, args.naive_rows) as source:
+    with backlog_source(config, "n", args.backlog_tables, args.naive_rows) as source:
         records = fill_backlog(source)
-        print(f"\nB2 naive baseline: {records} records over 7 tables ({args.naive_rows} rows each, a third "
+        print(f"\nB2 naive baseline: {records} records over {args.backlog_tables} tables ({args.naive_rows} rows "
+              "each, a third "
               "updated, a tenth deleted), each side --available-now in its own process")
         consumers = Consumers(spark, config_file, f"{lake}/naive", source)
         try:
@@ -426,7 +428,7 @@ def naive(spark: SparkSession, config_file: str, config: JobConfig, lake: str, a
     ratio = statistics.median(r["events_per_s"] for r in results["job"]) / statistics.median(
         r["events_per_s"] for r in results["naive"])
     figures.append(Figure("naive", "job throughput over the naive baseline's", "job", "x", ratio, ()))
-    return figures, {"records": records, "tables": 7, "options": naive_options("<table>")}
+    return figures, {"records": records, "tables": args.backlog_tables, "options": naive_options("<table>")}
 
 
 # --- B4: backlog -----------------------------------------------------------------------------------------------
@@ -435,9 +437,10 @@ def backlog(spark: SparkSession, config_file: str, config: JobConfig, lake: str,
             ) -> tuple[list[Figure], dict[str, Any]]:
     """The job `--available-now` over a backlog of at least 500,000 events on 7 tables, with the shipped config's
     memory settings: its time, throughput and memory peaks (one run: it is the figure itself)."""
-    with backlog_source(config, "l", 7, args.backlog_rows) as source:
+    with backlog_source(config, "l", args.backlog_tables, args.backlog_rows) as source:
         records = fill_backlog(source)
-        print(f"\nB4 backlog: {records} records over 7 tables ({args.backlog_rows} rows each), the job "
+        print(f"\nB4 backlog: {records} records over {args.backlog_tables} tables ({args.backlog_rows} rows each), "
+              f"the job "
               f"--available-now, max_offsets_per_trigger={config.kafka.max_offsets_per_trigger}, "
               f"spark.driver.memory={config.spark.conf.get('spark.driver.memory', 'default')}")
         consumers = Consumers(spark, config_file, f"{lake}/backlog", source)
@@ -744,6 +747,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="freshness: tables of the naive baseline's runs; repeatable (7)")
     parser.add_argument("--naive-rows", type=int, default=5000,
                         help="naive: rows of each of its 7 source tables (5,000: about 54,000 records)")
+    parser.add_argument("--backlog-tables", type=int, default=7,
+                        help="naive, backlog: source tables of the backlog (7; --smoke: 2)")
     parser.add_argument("--backlog-rows", type=int, default=50_000,
                         help="backlog: rows of each of its 7 source tables (50,000: about 537,000 records)")
     parser.add_argument("--soak-minutes", type=float, default=30.0, help="soak: minutes of workload (30)")
@@ -759,6 +764,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "backlog_rows"]
         args.widen_rows = SMOKE["widen_rows"]
         args.layout = args.layout or SMOKE["layouts"]
+        args.backlog_tables = SMOKE["backlog_tables"]
         args.scenario = args.scenario or ["ceiling", "naive", "freshness", "backlog", "growth", "widen"]
     args.scenario = args.scenario or list(DEFAULT_SCENARIOS)
     args.tables = args.tables or [3, 7]

@@ -82,14 +82,14 @@ def test_a_smoke_run_measures_every_figure_and_cleans_up(
         assert fresh["transactions"] == 100 and len(fresh["series"]) == 100  # --smoke: 10 tx/s for 10 s
         assert 0 < fresh["p50_s"] <= fresh["p95_s"] <= fresh["max_s"]
     assert ("freshness", "3 tables: naive p95 over the job's", "job") in figures
-    # B2: both sides over the same backlog (7 tables of 100 rows, a third updated, a tenth deleted), each equal to
-    # PostgreSQL at the end (the bench exits otherwise)
-    assert report["details"]["naive"]["records"] == 7 * (100 + 33 + 2 * 10)
+    # B2: both sides over the same backlog (--smoke: 2 tables of 100 rows, a third updated, a tenth deleted), each
+    # equal to PostgreSQL at the end (the bench exits otherwise)
+    assert report["details"]["naive"]["records"] == 2 * (100 + 33 + 2 * 10)
     assert report["details"]["naive"]["options"]["hoodie.datasource.write.precombine.field"] == "_lsn"
     assert figures["naive", "job throughput over the naive baseline's", "job"]["median"] > 0
     # B4: the backlog's memory peaks measured
     backlog = report["details"]["backlog"]
-    assert backlog["records"] == 7 * (300 + 100 + 2 * 30)
+    assert backlog["records"] == 2 * (300 + 100 + 2 * 30)
     assert backlog["jvm_rss_mb"] > 0 and backlog["python_rss_mb"] > 0 and backlog["events_per_s"] > 0
     for layout in ("cow",):  # --smoke: one layout (the scenarios' loop is the same for each)
         assert figures["growth", f"{layout} large / small", "ratio"]["median"] > 0

@@ -1,0 +1,98 @@
+"""scripts/verify.py's pure parts: the SQL that reads a source column in its Silver type, and the comparison of
+both sides' hashes (chispa on small DataFrames)."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from scripts.verify import KEY, SourceColumn, compare, hashed, maria_expression, source_expression
+
+
+def test_each_source_type_is_read_as_its_silver_type_or_named_not_compared() -> None:
+    assert source_expression(SourceColumn("id", "int4", "N"), IntegerType()) == '"id"::text'
+    stamp = source_expression(SourceColumn("at", "timestamptz", "D"), TimestampType())
+    assert stamp is not None and "(\"at\" at time zone 'UTC')" in stamp and "'+00:00'" in stamp
+    assert "'infinity'" in stamp
+    assert source_expression(SourceColumn("c", "bpchar", "S", length=4), StringType()) == 'rpad("c"::text, 4)'
+    assert source_expression(SourceColumn("m", "money", "N"), DecimalType(38, 2)) == '"m"::numeric::text'
+    assert source_expression(SourceColumn("t", "time", "D"), StringType()) == "to_char(\"t\", 'HH24:MI:SS.US')"
+    assert source_expression(SourceColumn("b", "bytea", "U"), BinaryType()) == '"b"'
+    arrays = source_expression(SourceColumn("a", "_timestamptz", "A", "timestamptz", "D"), ArrayType(TimestampType()))
+    assert arrays is not None and "unnest(\"a\") with ordinality" in arrays and "order by u.n" in arrays
+    # Mappings the script does not rebuild: named, never compared as if equal.
+    assert source_expression(SourceColumn("i", "interval", "T"), StringType()) is None
+    assert source_expression(SourceColumn("h", "hstore", "U"), StringType()) is None
+    assert source_expression(SourceColumn("a", "_interval", "A", "interval", "T"), ArrayType(StringType())) is None
+    assert source_expression(SourceColumn('we"ird', "text", "S"), StringType()) == '"we""ird"::text'
+
+
+def test_each_mariadb_type_is_read_as_its_silver_type_or_named_not_compared() -> None:
+    assert maria_expression(SourceColumn("id", "int"), IntegerType()) == "cast(`id` as char)"
+    assert maria_expression(SourceColumn("d", "decimal"), DecimalType(10, 2)) == "cast(`d` as char)"
+    assert maria_expression(SourceColumn("d", "decimal"), DoubleType()) == "`d`"  # decimal.handling.mode=double
+    stamp = maria_expression(SourceColumn("at", "timestamp"), TimestampType())
+    assert stamp is not None and "convert_tz(`at`, @@session.time_zone, '+00:00')" in stamp and "'+00:00')" in stamp
+    assert maria_expression(SourceColumn("b", "bit", length=5), StringType()) == "lpad(bin(`b` + 0), 5, '0')"
+    assert maria_expression(SourceColumn("b", "bit", length=1), BooleanType()) == "cast(`b` + 0 as char)"
+    assert maria_expression(SourceColumn("raw", "blob"), BinaryType()) == "`raw`"
+    assert maria_expression(SourceColumn("e", "enum"), StringType()) == "cast(`e` as char)"
+    assert maria_expression(SourceColumn("j", "json"), StringType()) == "`j`"
+    assert maria_expression(SourceColumn("t", "time"), StringType()) is None  # an elapsed time: not rebuilt
+    assert maria_expression(SourceColumn("g", "point"), StructType([])) is None
+
+
+SCHEMA = StructType([StructField("id", IntegerType()), StructField("name", StringType()),
+                     StructField("amount", DecimalType(10, 2)), StructField("ratio", DoubleType()),
+                     StructField("tags", ArrayType(StringType()))])
+TYPES: dict[str, DataType] = {f.name: f.dataType for f in SCHEMA.fields}
+
+
+def test_keys_on_one_side_and_values_that_differ_are_found_by_column(spark: SparkSession) -> None:
+    source = spark.createDataFrame([
+        (1, "a", Decimal("1.50"), float("nan"), ["x", None]),  # equal, NaN and a NULL element included
+        (2, "b", Decimal("2.00"), 1.0, None),  # name differs
+        (3, None, Decimal("3.00"), 2.0, []),  # NULL against a value: differs
+        (4, "d", Decimal("4.00"), 3.0, ["y"]),  # missing from Silver
+        (6, None, None, None, None),  # NULLs on both sides: equal
+    ], SCHEMA)
+    silver = spark.createDataFrame([
+        (1, "a", Decimal("1.50"), float("nan"), ["x", None]),
+        (2, "B", Decimal("2.00"), 1.0, None),
+        (3, "", Decimal("3.01"), 2.0, []),
+        (5, "e", Decimal("5.00"), 4.0, None),  # only in Silver
+        (6, None, None, None, None),
+    ], SCHEMA)
+    found = compare(hashed(source, ["id"], TYPES), hashed(silver, ["id"], TYPES), ["name", "amount", "ratio", "tags"])
+    expected = spark.createDataFrame([
+        ('{"id":"2"}', "differing", ["name"]),
+        ('{"id":"3"}', "differing", ["name", "amount"]),
+        ('{"id":"4"}', "missing", []),
+        ('{"id":"5"}', "extra", []),
+    ], f"{KEY} string, kind string, columns array<string>")
+    actual = found.select(KEY, "kind", F.when(F.col("kind") == "differing", F.col("columns"))
+                          .otherwise(F.array().cast("array<string>")).alias("columns"))
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_side_that_moves_changes_its_row_hash(spark: SparkSession) -> None:
+    before = hashed(spark.createDataFrame([(1, "a", None, None, None)], SCHEMA), ["id"], TYPES)
+    after = hashed(spark.createDataFrame([(1, "b", None, None, None)], SCHEMA), ["id"], TYPES)
+    same = hashed(spark.createDataFrame([(1, "a", None, None, None)], SCHEMA), ["id"], TYPES)
+    rows = [df.select("_verify_row").first()[0] for df in (before, after, same)]  # type: ignore[index]
+    assert rows[0] != rows[1] and rows[0] == rows[2]
