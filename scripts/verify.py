@@ -6,15 +6,16 @@
 
 Each Silver table names the source table it holds in its commits (`_cdc.source_table`: `<source>:<schema>.<table>`);
 the source is read over JDBC (`--source <label>=<jdbc url>`, or the source's `catalog` login), in partitions of its
-first key column when that is a number. Both sides become, per record key, one hash per column, computed in Spark:
+first key column when that is an integer. Both sides become, per record key, one hash per column, computed in Spark:
 the source's value is brought to the Silver column's type first (by the type mapping the job uses: decimals exactly,
 instants as UTC, arrays element by element with their NULL elements, bytes as bytes), so nothing is compared as
 text that is not text on both sides. Rows are never collected to the driver; only the counts and a sample of keys.
 
 Reported per table: rows on each side, keys missing from Silver, keys only in Silver, keys whose values differ,
-per column; columns on one side only; columns not compared (a source type whose Silver form this script does not
-rebuild yet: interval, timetz, hstore, ranges, geometry, varbit), each named. A soft-deleted row (`_cdc_deleted`)
-counts as absent.
+per column (a source value that does not cast to the Silver type differs from anything, NULL included), Silver keys
+held by more than one row; columns on one side only (a source column Silver lacks makes the table differ); columns
+not compared (a source type whose Silver form this script does not rebuild yet: PostgreSQL interval, timetz,
+hstore, ranges, geometry; MariaDB time, geometry), each named. A soft-deleted row (`_cdc_deleted`) counts as absent.
 
 Under live writes a key can differ only because its change is on its way. `--settle-s` (default 60): while keys
 differ, both sides are read again every `--interval-s`, and a key stays only while it differs the same way with
@@ -73,6 +74,7 @@ from app.state.resume import silver_tables  # noqa: E402
 LOCAL_LOGINS = {"METASTORE_PASSWORD": "postgres", "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
 KEY = "_verify_key"
 ROW = "_verify_row"
+RAW_PREFIX = "_verify_raw_"  # a source column's text beside its cast
 SAMPLE = 10
 
 
@@ -114,20 +116,28 @@ class TableReport:
     only_in_silver: list[str] = field(default_factory=list)
     not_compared: dict[str, str] = field(default_factory=dict)
     sample: dict[str, list[Any]] = field(default_factory=dict)
+    duplicates: int = 0  # Silver keys held by more than one row
+    moved: int = 0  # keys that differed at a read and moved before the next (changes on their way): not reported
     reads: int = 0
     seconds: float = 0.0
     error: str | None = None
 
     @property
     def equal(self) -> bool:
-        return self.error is None and not (self.missing or self.extra or self.differing)
+        return self.error is None and not (self.missing or self.extra or self.differing or self.duplicates
+                                           or self.only_in_source)
 
 
 # --- the source's value in the Silver column's type ---------------------------------------------------------------
 
-# Element categories whose text PostgreSQL prints as Spark's cast reads it back into the Silver type.
-_TEXT_CATEGORIES = {"N", "S", "E", "B", "I"}
-_TEXT_TYPES = {"uuid", "json", "jsonb", "xml", "macaddr", "macaddr8", "bit"}
+# Types whose Silver text is PostgreSQL's output form of the value (besides the S, E and I categories).
+_TEXT_TYPES = {"uuid", "json", "jsonb", "xml", "macaddr", "macaddr8", "bit", "numeric"}
+
+
+def _output_form(value: str) -> str:
+    """PostgreSQL's output form of a value, as the connector sends it: `format('%s')` calls the type's output
+    function (`::text` would trim a char(n)'s padding and add an inet's /32); NULL stays NULL."""
+    return f"case when {value} is null then null else format('%s', {value}) end"
 
 
 def source_expression(column: SourceColumn, silver: DataType) -> str | None:
@@ -146,8 +156,6 @@ def source_expression(column: SourceColumn, silver: DataType) -> str | None:
         return None
     if isinstance(silver, BinaryType):
         return name if column.type_name == "bytea" else None
-    if column.type_name == "bpchar" and column.length and isinstance(silver, StringType):
-        return f"rpad({name}::text, {column.length})"  # blank-padded as the connector sends it (::text trims)
     return _scalar_text(name, column.type_name, column.category, silver)
 
 
@@ -159,8 +167,8 @@ def _scalar_text(value: str, type_name: str, category: str, silver: DataType) ->
     if isinstance(silver, StringType):
         if type_name == "time":
             return f"to_char({value}, 'HH24:MI:SS.US')"
-        if category in ("S", "E", "I") or type_name in _TEXT_TYPES or type_name == "numeric":
-            return f"{value}::text"
+        if category in ("S", "E", "I") or type_name in _TEXT_TYPES:
+            return _output_form(value)
         return None
     if isinstance(silver, (BooleanType, IntegralType, DecimalType, FloatType, DoubleType)):
         return f"{value}::text" if category in ("N", "B") or type_name == "bit" else None
@@ -196,9 +204,9 @@ def maria_expression(column: SourceColumn, silver: DataType) -> str | None:
         return None
     if isinstance(silver, BinaryType):
         return name if kind in _MARIA_BYTES else None
-    if isinstance(silver, TimestampType):
-        value = {"datetime": name, "timestamp": f"convert_tz({name}, @@session.time_zone, '+00:00')"}.get(kind)
-        return None if value is None else f"concat(date_format({value}, '%Y-%m-%d %H:%i:%s.%f'), '+00:00')"
+    if isinstance(silver, TimestampType):  # the session's zone is UTC (MARIADB_SESSION): a timestamp shows in it
+        return f"concat(date_format({name}, '%Y-%m-%d %H:%i:%s.%f'), '+00:00')" if kind in ("datetime", "timestamp") \
+            else None
     if isinstance(silver, DateType):
         return f"date_format({name}, '%Y-%m-%d')" if kind == "date" else None
     if kind == "bit":
@@ -207,7 +215,8 @@ def maria_expression(column: SourceColumn, silver: DataType) -> str | None:
         return f"lpad(bin({name} + 0), {column.length}, '0')" if isinstance(silver, StringType) and column.length \
             else None
     if isinstance(silver, (FloatType, DoubleType)):
-        return name if kind in ("float", "double", "decimal") else None
+        # a float widened exactly: the driver's text of a float keeps 6 digits
+        return f"cast({name} as double)" if kind in ("float", "double", "decimal") else None
     if kind in _MARIA_NUMBERS and isinstance(silver, (IntegralType, DecimalType, BooleanType, StringType)):
         return f"cast({name} as char)"
     if kind in ("enum", "set") and isinstance(silver, StringType):
@@ -220,7 +229,7 @@ def canonical(column: Column, silver: DataType) -> Column:
     if isinstance(silver, BinaryType):
         return F.hex(column)
     if isinstance(silver, (ArrayType, StructType)):
-        return F.to_json(column)
+        return F.to_json(column, {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
     return column.cast("string")
 
 
@@ -228,11 +237,22 @@ def hashed(df: DataFrame, key: list[str], columns: dict[str, DataType]) -> DataF
     """Per row: the record key as JSON text, one 64-bit hash per column (NULL stays NULL) and one of the whole row
     (ROW), which says whether a side moved between two reads."""
     hashes = df.select(
-        F.to_json(F.struct(*[canonical(F.col(k), columns[k]).alias(k) for k in key])).alias(KEY),
-        *[F.when(F.col(c).isNull(), F.lit(None)).otherwise(F.xxhash64(canonical(F.col(c), t))).alias(c)
-          for c, t in columns.items()],
+        F.to_json(F.struct(*[canonical(F.col(f"`{k}`"), columns[k]).alias(k) for k in key])).alias(KEY),
+        *[_column_hash(df, c, t).alias(c) for c, t in columns.items()],
     )
     return hashes.withColumn(ROW, F.xxhash64(F.to_json(F.array(*[F.col(f"`{c}`") for c in columns]))))
+
+
+def _column_hash(df: DataFrame, name: str, silver: DataType) -> Column:
+    """A column's hash, NULL for NULL; a source value that does not cast to the Silver type (`RAW_PREFIX` column:
+    its text) hashes apart from any value and from NULL."""
+    value = F.col(f"`{name}`")
+    hashed_value = F.when(value.isNull(), F.lit(None)).otherwise(F.xxhash64(canonical(value, silver)))
+    raw = f"{RAW_PREFIX}{name}"
+    if raw not in df.columns:
+        return hashed_value
+    return F.when(F.col(f"`{raw}`").isNotNull() & value.isNull(),
+                  F.xxhash64(F.lit("\u0000uncastable"), F.col(f"`{raw}`"))).otherwise(hashed_value)
 
 
 def compare(source_df: DataFrame, silver_df: DataFrame, columns: list[str]) -> DataFrame:
@@ -306,10 +326,13 @@ class Dialect:
     quote: Callable[[str], str]
     columns: Callable[[SparkSession, SourceLogin, str, str], list[SourceColumn]]
     expression: Callable[[SourceColumn, DataType], str | None]
+    options: dict[str, str] = field(default_factory=dict)  # the Spark JDBC source's, for every read
 
 
 POSTGRESQL = Dialect("org.postgresql.Driver", _pg_quote, pg_columns, source_expression)
-MARIADB = Dialect("org.mariadb.jdbc.Driver", _maria_quote, maria_columns, maria_expression)
+# Each connection's zone UTC: a `timestamp` column shows its instant in UTC (maria_expression).
+MARIADB = Dialect("org.mariadb.jdbc.Driver", _maria_quote, maria_columns, maria_expression,
+                  {"sessionInitStatement": "SET time_zone = '+00:00'"})
 
 
 def dialect_of(url: str) -> Dialect:
@@ -347,17 +370,23 @@ class Comparison:
     compared: dict[str, DataType]
     expressions: dict[str, str]
     path: str  # the Silver table's
+    duplicates: int = 0  # Silver keys held by more than one row, at the latest read
 
     def differences(self, spark: SparkSession, partitions: int) -> tuple[DataFrame, int, int]:
         """Both sides read now: the keys that differ (`compare`, persisted), the source's and Silver's rows."""
-        typed = self.read_source(spark, partitions).select(*[
-            F.col(f"`{c}`").alias(c) if isinstance(t, BinaryType) else F.col(f"`{c}`").cast(t).alias(c)
-            for c, t in self.compared.items()])
+        source_df = self.read_source(spark, partitions)
+        typed = source_df.select(
+            *[F.col(f"`{c}`").alias(c) if isinstance(t, BinaryType) else F.col(f"`{c}`").cast(t).alias(c)
+              for c, t in self.compared.items()],
+            *[F.col(f"`{c}`").alias(f"{RAW_PREFIX}{c}") for c, t in self.compared.items()
+              if not isinstance(t, BinaryType)],
+        )
         left = hashed(typed, self.key, self.compared).persist()
         # read afresh each time: the files a frame listed may be cleaned by the job's later commits
         silver_df = silver_frame(spark, self.path)
-        right = hashed(silver_df.select(*self.compared), self.key, self.compared).persist()
+        right = hashed(silver_df.select(*[F.col(f"`{c}`") for c in self.compared]), self.key, self.compared).persist()
         rows = (left.count(), right.count())
+        self.duplicates = right.groupBy(KEY).count().filter("count > 1").count()
         found = compare(left, right, [c for c in self.compared if c not in self.key]).persist()
         found.count()
         left.unpersist()
@@ -371,7 +400,7 @@ class Comparison:
         select = ", ".join(f"{expression} as {quote(name)}" for name, expression in self.expressions.items())
         source, first = f"{quote(self.schema)}.{quote(self.table)}", quote(self.key[0])
         query = f"select {select} from {source}"
-        options: dict[str, str] = {"fetchsize": "10000"}
+        options: dict[str, str] = {"fetchsize": "10000", **dialect_of(self.login.url).options}
         if partitions > 1 and isinstance(self.compared[self.key[0]], IntegralType):
             bounds = _jdbc(spark, self.login, f"select min({first}) as lo, max({first}) as hi from {source}")
             lo, hi = bounds.first() or (None, None)
@@ -466,10 +495,11 @@ def verify_table(
         kept = again.join(before, [KEY, "kind"]).filter(
             again["source_row"].eqNullSafe(before["source_row"]) & again["silver_row"].eqNullSafe(before["silver_row"])
         ).select(again["*"]).persist()
-        kept.count()
+        report.moved += differences.count() - kept.count()
         differences.unpersist()
         again.unpersist()
         differences = kept
+    report.duplicates = comparison.duplicates
     _summarize(differences, report)
     differences.unpersist()
     report.seconds = round(time.monotonic() - started, 1)
@@ -534,9 +564,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, VerifyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    spark = build_session("cdc-verify", config.spark, config.metastore)
-    spark.sparkContext.setLogLevel("ERROR")
-    paths = {"/".join(p.rstrip("/").split("/")[-2:]).replace("/", "."): p for p in silver_tables(spark, config)}
+    try:
+        spark = build_session("cdc-verify", config.spark, config.metastore)
+        spark.sparkContext.setLogLevel("ERROR")
+        # instants compared as text in a zone without daylight saving (two instants never print alike)
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        tables = silver_tables(spark, config)
+    except Exception as e:  # the lake or the metastore out of reach
+        print(f"error: cannot read the lake: {_first_line(e)}", file=sys.stderr)
+        return 2
+    paths = {"/".join(p.rstrip("/").split("/")[-2:]).replace("/", "."): p for p in tables}
     paths = {n: p for n, p in paths.items() if not n.endswith(f".{config.dead_letters.table}")}
     unknown = [t for t in args.table if t not in paths]
     if unknown:
@@ -551,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         except VerifyError as e:
             report = TableReport(name, "", error=str(e))
         except Exception as e:  # a source out of reach, a JDBC error: named, the other tables go on
-            report = TableReport(name, "", error=f"{type(e).__name__}: {str(e).strip().splitlines()[0]}")
+            report = TableReport(name, "", error=f"{type(e).__name__}: {_first_line(e)}")
         reports.append(report)
         print(_line(report), flush=True)
     document = {"equal": all(r.equal for r in reports),
@@ -561,12 +598,18 @@ def main(argv: list[str] | None = None) -> int:
     return 2 if any(r.error for r in reports) else 0 if document["equal"] else 1
 
 
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def _line(r: TableReport) -> str:
     if r.error:
         return f"{r.table}: NOT COMPARED: {r.error}"
     verdict = "equal" if r.equal else "DIFFERS"
     line = (f"{r.table} ({r.source}): {verdict}; rows {r.source_rows} in the source, {r.silver_rows} in Silver; "
-            f"missing {r.missing}, extra {r.extra}, differing {r.differing}; {r.reads} read(s), {r.seconds} s")
+            f"missing {r.missing}, extra {r.extra}, differing {r.differing}, keys held twice {r.duplicates}; "
+            f"{r.reads} read(s) ({r.moved} key(s) moved between them), {r.seconds} s")
     if r.by_column:
         line += "; by column: " + ", ".join(f"{c} {n}" for c, n in sorted(r.by_column.items()))
     for kind, keys in r.sample.items():

@@ -746,11 +746,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--naive-tables", type=int, action="append",
                         help="freshness: tables of the naive baseline's runs; repeatable (7)")
     parser.add_argument("--naive-rows", type=int, default=5000,
-                        help="naive: rows of each of its 7 source tables (5,000: about 54,000 records)")
+                        help="naive: rows of each of its --backlog-tables source tables (5,000: about 54,000 records)")
     parser.add_argument("--backlog-tables", type=int, default=7,
                         help="naive, backlog: source tables of the backlog (7; --smoke: 2)")
     parser.add_argument("--backlog-rows", type=int, default=50_000,
-                        help="backlog: rows of each of its 7 source tables (50,000: about 537,000 records)")
+                        help="backlog: rows of each of its --backlog-tables tables (50,000: about 537,000 records)")
     parser.add_argument("--soak-minutes", type=float, default=30.0, help="soak: minutes of workload (30)")
     parser.add_argument("--baseline-ref", default="HEAD~1", help="job-runs: the git ref to compare with")
     parser.add_argument("--out", default=str(ROOT / ".bench"), help="folder for results.json and results.md")

@@ -8,8 +8,9 @@ money, time; an interval, which the script does not compare and must name) goes 
   keys then repair them through the job;
 - under a live workload (a writer changing keys while available-now runs of the job follow it), verify settles:
   no false difference (exit 0);
-- a MariaDB table of its own types (through the binlog connector), after the snapshot and the update path: equal,
-  its `time` column named as not compared.
+- a MariaDB table of its own types (through the binlog connector): after the snapshot only its float column
+  differs (the connector's 6-digit snapshot reading), after the update path (streamed exact) equal; its `time`
+  column named as not compared.
 `--help` has no side effects.
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ create table {SCHEMA}.things (
     id int primary key, name text, code char(4), amount numeric(10,2), price {SCHEMA}.price, ratio double precision,
     score real, big bigint, flag boolean, day date, at timestamp(6), at_tz timestamptz, raw bytea, uid uuid,
     doc jsonb, body json, mood {SCHEMA}.mood, tags text[], nums int[], amounts numeric(6,2)[], stamps timestamptz[],
-    tod time, cash money, bits bit(3), span interval
+    tod time, cash money, bits bit(3), span interval, addr inet
 );
 insert into {SCHEMA}.things
 select i, 'name ' || i, 'c' || (i % 10), i * 1.25, i * 2.5, i / 3.0, i / 7.0, i::bigint * 100000000000, i % 2 = 0,
@@ -62,8 +63,10 @@ select i, 'name ' || i, 'c' || (i % 10), i * 1.25, i * 2.5, i / 3.0, i / 7.0, i:
        md5(i::text)::uuid, jsonb_build_object('i', i, 'tags', jsonb_build_array('a', i)),
        ('{{"i": ' || i || '}}')::json,
        (array['sad', 'ok', 'happy'])[1 + i % 3]::{SCHEMA}.mood, array['x' || i, null, 'ü'], array[i, null, -i],
-       array[i * 0.5, null]::numeric(6,2)[], array[timestamptz '2024-01-01 00:00:00+05' + i * interval '1 day', null],
-       time '10:00:00' + i * interval '1 second', i * 10.5, (i % 8)::bit(3), i * interval '1 day'
+       array[i * 0.5, null]::numeric(6,2)[],
+       array[timestamptz '2024-01-01 00:00:00.123456+05' + i * interval '1 day', null],
+       time '10:00:00' + i * interval '1 second', i * 10.5, (i % 8)::bit(3), i * interval '1 day',
+       case when i % 2 = 0 then ('10.0.' || (i % 256) || '.1')::inet else ('10.' || (i % 256) || '.0.0/16')::inet end
 from generate_series(1, {ROWS}) i;
 insert into {SCHEMA}.things (id, name, ratio, day, at, at_tz, tags, nums, tod, doc)
 values ({ROWS + 1}, '', 'NaN', 'infinity', '-infinity', 'infinity', array[]::text[], array[null]::int[], '24:00:00',
@@ -220,7 +223,6 @@ def test_a_live_workload_reports_no_false_difference(setup: Setup, tmp_path: Pat
     table = report["tables"][TABLE]
     print(f"verified under a live workload: {table['reads']} reads, {table['seconds']} s")
     assert code == 0, output
-    assert table["reads"] >= 1
 
 
 MARIA_DB = f"vfm_{RUN_ID}"
@@ -232,7 +234,7 @@ create table {MARIA_DB}.things (
     mood enum('sad', 'ok', 'happy'), tags set('a', 'b', 'c'), doc json, yr year, tod time(6)
 );
 insert into {MARIA_DB}.things
-select seq, concat('name ', seq), repeat('ü', seq % 5), seq * 1.25, seq * 100000000000, seq / 3, seq / 4, seq % 2,
+select seq, concat('name ', seq), repeat('ü', seq % 5), seq * 1.25, seq * 100000000000, seq / 3, seq / 7e0, seq % 2,
        seq % 32, seq % 2, date '2024-01-01' + interval seq day,
        timestamp '2024-01-01 10:00:00.123456' + interval seq hour,
        timestamp '2024-06-01 10:00:00' + interval seq minute, unhex(lpad(hex(seq), 4, '0')),
@@ -266,9 +268,12 @@ def test_a_mariadb_table_verifies_equal_through_the_snapshot_and_the_update_path
             pipeline = Pipeline.of(spark, load_config(conf))
             pipeline.run()
             code, report, output = _verify(conf, tmp_path / "m1.json", "--settle-s", "0", login=MARIA_LOGIN)
-            assert code == 0, output
+            # The connector's snapshot reads a float as MariaDB prints it, 6 digits (docs/type-mappings.md): the lake
+            # differs there, and only there.
+            assert code == 1, output
             table = report["tables"][f"{MARIA_DB}.{MARIA_DB}_things"]
             assert table["source_rows"] == table["silver_rows"] == 51, table
+            assert set(table["by_column"]) == {"score"} and table["missing"] == table["extra"] == 0, table
             assert table["not_compared"] == {"tod": "time as string"}, table["not_compared"]
 
             execute(f"update {MARIA_DB}.things set name = concat(name, ' again'), amount = amount + 1, "

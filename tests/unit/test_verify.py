@@ -14,6 +14,7 @@ from pyspark.sql.types import (
     DataType,
     DecimalType,
     DoubleType,
+    FloatType,
     IntegerType,
     StringType,
     StructField,
@@ -21,7 +22,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from scripts.verify import KEY, SourceColumn, compare, hashed, maria_expression, source_expression
+from scripts.verify import KEY, RAW_PREFIX, SourceColumn, compare, hashed, maria_expression, source_expression
 
 
 def test_each_source_type_is_read_as_its_silver_type_or_named_not_compared() -> None:
@@ -29,7 +30,9 @@ def test_each_source_type_is_read_as_its_silver_type_or_named_not_compared() -> 
     stamp = source_expression(SourceColumn("at", "timestamptz", "D"), TimestampType())
     assert stamp is not None and "(\"at\" at time zone 'UTC')" in stamp and "'+00:00'" in stamp
     assert "'infinity'" in stamp
-    assert source_expression(SourceColumn("c", "bpchar", "S", length=4), StringType()) == 'rpad("c"::text, 4)'
+    # the output form: a char(n)'s padding kept, an inet without its /32
+    assert source_expression(SourceColumn("c", "bpchar", "S"), StringType()) == \
+        'case when "c" is null then null else format(\'%s\', "c") end'
     assert source_expression(SourceColumn("m", "money", "N"), DecimalType(38, 2)) == '"m"::numeric::text'
     assert source_expression(SourceColumn("t", "time", "D"), StringType()) == "to_char(\"t\", 'HH24:MI:SS.US')"
     assert source_expression(SourceColumn("b", "bytea", "U"), BinaryType()) == '"b"'
@@ -39,15 +42,17 @@ def test_each_source_type_is_read_as_its_silver_type_or_named_not_compared() -> 
     assert source_expression(SourceColumn("i", "interval", "T"), StringType()) is None
     assert source_expression(SourceColumn("h", "hstore", "U"), StringType()) is None
     assert source_expression(SourceColumn("a", "_interval", "A", "interval", "T"), ArrayType(StringType())) is None
-    assert source_expression(SourceColumn('we"ird', "text", "S"), StringType()) == '"we""ird"::text'
+    assert source_expression(SourceColumn('we"ird', "text", "S"), StringType()) == \
+        'case when "we""ird" is null then null else format(\'%s\', "we""ird") end'
 
 
 def test_each_mariadb_type_is_read_as_its_silver_type_or_named_not_compared() -> None:
     assert maria_expression(SourceColumn("id", "int"), IntegerType()) == "cast(`id` as char)"
     assert maria_expression(SourceColumn("d", "decimal"), DecimalType(10, 2)) == "cast(`d` as char)"
-    assert maria_expression(SourceColumn("d", "decimal"), DoubleType()) == "`d`"  # decimal.handling.mode=double
+    assert maria_expression(SourceColumn("d", "decimal"), DoubleType()) == "cast(`d` as double)"  # mode=double
+    assert maria_expression(SourceColumn("f", "float"), FloatType()) == "cast(`f` as double)"  # widened exactly
     stamp = maria_expression(SourceColumn("at", "timestamp"), TimestampType())
-    assert stamp is not None and "convert_tz(`at`, @@session.time_zone, '+00:00')" in stamp and "'+00:00')" in stamp
+    assert stamp == "concat(date_format(`at`, '%Y-%m-%d %H:%i:%s.%f'), '+00:00')"  # the session's zone: UTC
     assert maria_expression(SourceColumn("b", "bit", length=5), StringType()) == "lpad(bin(`b` + 0), 5, '0')"
     assert maria_expression(SourceColumn("b", "bit", length=1), BooleanType()) == "cast(`b` + 0 as char)"
     assert maria_expression(SourceColumn("raw", "blob"), BinaryType()) == "`raw`"
@@ -96,3 +101,16 @@ def test_a_side_that_moves_changes_its_row_hash(spark: SparkSession) -> None:
     same = hashed(spark.createDataFrame([(1, "a", None, None, None)], SCHEMA), ["id"], TYPES)
     rows = [df.select("_verify_row").first()[0] for df in (before, after, same)]  # type: ignore[index]
     assert rows[0] != rows[1] and rows[0] == rows[2]
+
+
+def test_a_source_value_that_does_not_cast_differs_from_null(spark: SparkSession) -> None:
+    """A NaN numeric(p,s) reads as text Spark's cast to decimal makes NULL, where the connector sent NULL: the
+    source's text (its RAW_PREFIX column) keeps them apart."""
+    types: dict[str, DataType] = {"id": IntegerType(), "amount": DecimalType(10, 2)}
+    source = spark.createDataFrame([(1, "NaN"), (2, None), (3, "1.50")], "id string, raw string").select(
+        F.col("id").cast("int").alias("id"), F.col("raw").cast("decimal(10,2)").alias("amount"),
+        F.col("raw").alias(f"{RAW_PREFIX}amount"))
+    silver = spark.createDataFrame([(1, None), (2, None), (3, Decimal("1.50"))], "id int, amount decimal(10,2)")
+    found = compare(hashed(source, ["id"], types), hashed(silver, ["id"], types), ["amount"])
+    assert [(r[KEY], r["kind"], list(r["columns"])) for r in found.collect()] == [('{"id":"1"}', "differing",
+                                                                                   ["amount"])]
