@@ -99,7 +99,7 @@ class SourceColumn:
     category: str = ""  # PostgreSQL's pg_type.typcategory: N numeric, S string, E enum, D datetime, A array, ...
     element: str | None = None  # an array's element typname
     element_category: str | None = None
-    length: int | None = None  # PostgreSQL char(n)'s n, MariaDB bit(n)'s n
+    length: int | None = None  # MariaDB bit(n)'s n
 
 
 @dataclass
@@ -291,8 +291,7 @@ def pg_columns(spark: SparkSession, login: SourceLogin, schema: str, table: str)
     """The source table's columns, in order, a domain read as its base type."""
     query = f"""
         select a.attname as name, b.typname as type_name, b.typcategory as category,
-               e.typname as element, e.typcategory as element_category,
-               case when b.typname = 'bpchar' and a.atttypmod > 4 then a.atttypmod - 4 end as length
+               e.typname as element, e.typcategory as element_category
         from pg_attribute a
         join pg_class c on c.oid = a.attrelid join pg_namespace s on s.oid = c.relnamespace
         join pg_type t on t.oid = a.atttypid
@@ -302,8 +301,7 @@ def pg_columns(spark: SparkSession, login: SourceLogin, schema: str, table: str)
           and not a.attisdropped
         order by a.attnum"""
     rows = _jdbc(spark, login, query).collect()
-    return [SourceColumn(r["name"], r["type_name"], r["category"], r["element"], r["element_category"], r["length"])
-            for r in rows]
+    return [SourceColumn(r["name"], r["type_name"], r["category"], r["element"], r["element_category"]) for r in rows]
 
 
 def maria_columns(spark: SparkSession, login: SourceLogin, database: str, table: str) -> list[SourceColumn]:
