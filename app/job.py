@@ -22,6 +22,7 @@ from app.hooks import Hooks
 from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, claim_routes, route_topic, skip_reason
+from app.sink.lost import rebuilding_tables
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 from app.state.layout import check_layouts, log_unmatched, unmatched_settings
 from app.state.metrics import JobMetrics, MetricsListener
@@ -82,6 +83,11 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
     """The checks before the first batch (start_query's Raises; the services' own: app/state/preflight.py), and
     the status they leave, written whatever their outcome; from here on the processor writes it after every
     batch."""
+    processor.writer.conf_file = conf_file  # for the commands its messages name
+    rebuilding = processor.writer.lost.rebuilding = rebuilding_tables(spark, config.lake.silver_path, config.databases)
+    if rebuilding:
+        log.error("tables whose rebuild from Bronze has not ended, refused in this run: %s (scripts/rebuild.py "
+                  "--resume)", ", ".join(sorted(rebuilding)))
     partitions = check_services(spark, config, processor.planner.registry, lambda: kafka_partitions(spark, config))
     roots = all_partition_roots(spark, config)
     routes, refused = claim_routes(config, partitions, roots, table_holder(spark, config), processor.planner.claims)

@@ -113,6 +113,9 @@ def reset(config: JobConfig, connect: ConnectClient, placement: tickit.Placement
     spark = build_session("cdc-demo-report", config.spark, config.metastore)
     for path in (config.lake.silver_path, config.lake.bronze_path, config.lake.checkpoint_path):
         delete_path(spark, path)
+    # The catalog's entries too: a table the catalog holds without its folder is one the job refuses as lost.
+    for database in {*config.databases, config.lake.database}:
+        spark.sql(f"DROP DATABASE IF EXISTS `{database}` CASCADE")
 
 
 def _wait_topics_gone(admin: AdminClient, topics: list[str]) -> None:

@@ -38,7 +38,7 @@ from app.sink.quarantine import Quarantine
 from app.state.metrics import JobMetrics
 from app.state.sources import SourceWatch
 from app.state.stats import TableBatchStats
-from app.state.status import JobStatus, now, write_status
+from app.state.status import REFUSED, JobStatus, now, write_status
 from app.wire.registry import RegistryClient
 
 log = logging.getLogger(__name__)
@@ -51,16 +51,20 @@ class BatchProcessor:
     the job's status."""
 
     def __init__(
-        self, config: JobConfig, registry: RegistryClient, hooks: Hooks | None = None, *, replay: bool = False
+        self, config: JobConfig, registry: RegistryClient, hooks: Hooks | None = None, *, replay: bool = False,
+        rebuild: bool = False,
     ) -> None:
         """`replay`: the batch is dead letters fed again (scripts/replay_dead_letters.py): Bronze holds its records
-        already, and its tables take events below the offsets they committed, ordered by source position."""
+        already, and its tables take events below the offsets they committed, ordered by source position.
+        `rebuild`: the batch is read from Bronze to rebuild tables (scripts/rebuild.py): Bronze is not written, and
+        a table the catalog holds may be created again (app/sink/lost.py)."""
         self.config = config
         self.hooks = hooks or Hooks()
         self.replay = replay
+        self.rebuild = rebuild
         self.quarantine = Quarantine(config)  # app/sink/quarantine.py: read at the first batch, shared
         self.planner = Planner(config, registry, self.quarantine)
-        self.writer = TableWriter(config, self.hooks, self.quarantine, replay=replay)
+        self.writer = TableWriter(config, self.hooks, self.quarantine, replay=replay, rebuild=rebuild)
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
         # The latest batches this processor wrote (a bounded window: a stream runs for months).
         self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
@@ -135,7 +139,7 @@ class BatchProcessor:
         self.hooks.at("decode", batch_id=batch_id, tables=names)
         step.name = "bronze"
         started = time.monotonic()
-        if not self.replay:
+        if not self.replay and not self.rebuild:
             self._write_bronze(raw_df, plan, batch_id)
         self.phases["bronze"] = time.monotonic() - started
         step.name = "tables"
@@ -204,6 +208,12 @@ class BatchProcessor:
         self.status.quarantined = {t: {"reason": e.reason, "batch_id": e.batch_id, "at": e.at}
                                    for t, e in quarantined.items()}
         skipped = {topic: (s.reason, s.records) for topic, s in plan.skipped.items()}
+        for table_plan in plan.tables:  # lost tables (app/sink/lost.py): their topics' records were not written
+            if table_plan.stats.refused:
+                for topic in table_plan.topics:
+                    records = sum(last - first + 1 for (t, _), (first, last) in table_plan.summary.offsets.items()
+                                  if t == topic)
+                    skipped[topic] = (f"{REFUSED}{table_plan.stats.refused}", records)
         if self.metrics is not None:
             self.metrics.record_batch(batch_id, stats, duration_s, self.phases, quarantined=quarantined,
                                       sources={p.route.qualified_name: p.route.source for p in plan.tables})

@@ -74,6 +74,7 @@ from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_commi
 from app.sink.deadletters import SAMPLE_KEYS, DeadLetters, dead_letter_rows
 from app.sink.hudi import HudiTarget, sized_options, table_exists, write_silver
 from app.sink.ledger import compact_ledger, ledger_key, read_ledger, write_ledger
+from app.sink.lost import LostTables
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
 from app.sink.quarantine import Quarantine, QuarantineEntry, failure_kind
@@ -126,7 +127,8 @@ class TableWriter:
     """Writes tables' plans for one job config; `hooks` adds write options (tests only, app/hooks.py)."""
 
     def __init__(
-        self, config: JobConfig, hooks: Hooks, quarantine: Quarantine | None = None, *, replay: bool = False
+        self, config: JobConfig, hooks: Hooks, quarantine: Quarantine | None = None, *, replay: bool = False,
+        rebuild: bool = False,
     ) -> None:
         self.config = config
         self.hooks = hooks
@@ -135,9 +137,13 @@ class TableWriter:
         # positions order them against the table's rows), and each event's verdict is kept for the report.
         self.replay = replay
         self.replayed: list[ReplayedEvent] = []
+        # A rebuild from Bronze (scripts/rebuild.py) writes the tables the lost-table check refuses the job.
+        self.rebuild = rebuild
         self.meta_sync = MetaSync(every_commit=config.lake.meta_sync == "every_commit")
         self.dead_letters = DeadLetters(config)
         self.widening = Widening()
+        self.lost = LostTables()  # app/sink/lost.py: tables the catalog holds and the lake lost
+        self.conf_file = "<conf file>"  # the job's config file, for the commands its messages name
 
     def write(self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None) -> None:
         """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit. A
@@ -239,11 +245,10 @@ class TableWriter:
     def _write_events(self, plan: TablePlan, target: HudiTarget, step: Step, query_id: str) -> None:
         """The steps of the module docstring, for a table with a record key."""
         step.enter("commit check", plan.stats.steps_s)
-        committed = last_committed(required(plan.events_df, "the events").sparkSession, target.path)
-        unapplied = self._unapplied(plan, target, committed, step.batch_id)
-        if unapplied is None:
+        checked = self._commit_check(plan, target, step.batch_id)
+        if checked is None:
             return
-        plan, batch_offsets = unapplied
+        plan, batch_offsets, committed = checked
         plan = self._with_truncate_deletes(plan, target, step)
         events_df = required(plan.events_df, f"{plan.route.qualified_name}: the events")
         spark = events_df.sparkSession
@@ -442,6 +447,28 @@ class TableWriter:
         except (Py4JJavaError, CapturedException) as e:
             log.warning("batch=%s table=%s: the delete ledger's compaction failed (the next batch retries): %s",
                         batch_id, target.qualified_name, java_root_cause(e))
+
+    def _commit_check(
+        self, plan: TablePlan, target: HudiTarget, batch_id: int
+    ) -> tuple[TablePlan, OffsetRanges, Committed | None] | None:
+        """The commit check: the plan's events to write, their offsets and the table's last commit; None when there
+        is nothing to write (applied already, or the table refused)."""
+        committed = last_committed(required(plan.events_df, "the events").sparkSession, target.path)
+        if not self.rebuild and self._refused(plan, target, committed):
+            return None
+        unapplied = self._unapplied(plan, target, committed, batch_id)
+        return None if unapplied is None else (*unapplied, committed)
+
+    def _refused(self, plan: TablePlan, target: HudiTarget, committed: Committed | None) -> bool:
+        """Whether the table is lost (app/sink/lost.py), or a rebuild of it was cut short: then none of the batch's
+        records of it is written (Bronze keeps them)."""
+        spark = required(plan.events_df, "the events").sparkSession
+        reason = self.lost.reason(spark, target, self.conf_file, committed is not None)
+        if reason is None:
+            return False
+        plan.stats.refused = reason
+        plan.stats.skipped = plan.summary.rows_in
+        return True
 
     def _unapplied(
         self, plan: TablePlan, target: HudiTarget, committed: Committed | None, batch_id: int

@@ -178,25 +178,36 @@ def _publish(
     delete_path(spark, batch_staging)
 
 
+def bronze_partitions(spark: SparkSession, bronze_path: str) -> dict[str, list[int]]:
+    """The topics Bronze holds folders of, each with its partitions."""
+    fs, root = fs_and_path(spark, bronze_path)
+    if not fs.exists(root):
+        return {}
+    found: dict[str, list[int]] = {}
+    for topic_status in fs.listStatus(root):
+        name = topic_status.getPath().getName()
+        if topic_status.isDirectory() and name.startswith("topic="):
+            found[name.removeprefix("topic=")] = sorted(
+                int(p.getPath().getName().removeprefix("partition=")) for p in fs.listStatus(topic_status.getPath())
+                if p.isDirectory() and p.getPath().getName().startswith("partition="))
+    return found
+
+
 def read_bronze(spark: SparkSession, bronze_path: str, topics: list[str] | None = None) -> DataFrame | None:
     """Every record of the complete ranges (of `topics`, or all), with the Kafka source's columns; None when
     there are none."""
-    fs, root = fs_and_path(spark, bronze_path)
-    if not fs.exists(root):
-        return None
-    folders = []
-    for topic_status in fs.listStatus(root):
-        name = topic_status.getPath().getName()
-        if not name.startswith("topic="):
-            continue
-        topic = name.removeprefix("topic=")
-        if topics is not None and topic not in topics:
-            continue
-        for partition_status in fs.listStatus(topic_status.getPath()):
-            partition = int(partition_status.getPath().getName().removeprefix("partition="))
-            folders += [r.folder(bronze_path) for r in list_ranges(spark, bronze_path, topic, partition) if r.complete]
+    folders = [
+        r.folder(bronze_path)
+        for topic, partitions in bronze_partitions(spark, bronze_path).items() if topics is None or topic in topics
+        for partition in partitions for r in list_ranges(spark, bronze_path, topic, partition) if r.complete
+    ]
     if not folders:
         return None
+    return read_folders(spark, bronze_path, folders)
+
+
+def read_folders(spark: SparkSession, bronze_path: str, folders: list[str]) -> DataFrame:
+    """The records of the given range folders, with the Kafka source's columns."""
     df = spark.read.option("basePath", bronze_path.rstrip("/")).parquet(*folders)
     return df.select(
         F.col("key"), F.col("value"), F.col("topic").cast("string"), F.col("partition").cast("int"),

@@ -26,6 +26,7 @@ class TableBatchStats:
     settled_keys: list[str] = field(default_factory=list)  # their record keys, sorted
     pending_keys: list[str] | None = None  # after settling: the table's keys still diverged (None: not settled)
     quarantined: str | None = None  # why, when the table is quarantined (app/sink/quarantine.py)
+    refused: str | None = None  # why, when the table is lost and its records are not written (app/sink/lost.py)
     schema_ids: list[SchemaRef] = field(default_factory=list)
     duration_s: float = 0.0
     max_source_ts_ms: int | None = None  # the newest source commit time (`source.ts_ms`) among its events
@@ -39,7 +40,7 @@ class TableBatchStats:
             f"deletes={self.deletes} skipped={self.skipped} superseded={self.superseded} "
             f"blocked={self.blocked} unresolved={self.unresolved} replayed={self.replayed} "
             f"dead_letters={self.dead_letters} "
-            + ("QUARANTINED " if self.quarantined else "") +
+            + ("QUARANTINED " if self.quarantined else "") + ("REFUSED (lost) " if self.refused else "") +
             f"schema_ids={','.join(map(str, self.schema_ids))} duration_s={self.duration_s:.2f}"
             + (" steps=" + ",".join(f"{name.replace(' ', '_')}:{s:.2f}" for name, s in self.steps_s.items())
                if self.steps_s else "")

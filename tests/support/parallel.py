@@ -44,6 +44,7 @@ WEIGHT_S: dict[str, float] = {
     "tests/e2e/test_widening_crash.py": 200,
     "tests/e2e/test_bench_smoke.py": 400,
     "tests/e2e/test_verify.py": 150,
+    "tests/e2e/test_rebuild.py": 250,
     "tests/e2e/test_unwrap_smt.py": 88,
     "tests/e2e/test_status.py": 60,
     "tests/e2e/test_startup_checks.py": 60,
