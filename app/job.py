@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.utils import CapturedException
 
 import app
 from app.batch.processor import BatchProcessor
@@ -84,6 +86,10 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
     the status they leave, written whatever their outcome; from here on the processor writes it after every
     batch."""
     processor.writer.conf_file = conf_file  # for the commands its messages name
+    try:
+        processor.bronze_table.repair(spark)
+    except (Py4JError, CapturedException) as e:  # readers miss the newest ranges until a later start: said, not fatal
+        log.warning("bronze table %s: not repaired at start: %s", processor.bronze_table.name, java_root_cause(e))
     rebuilding = processor.writer.lost.rebuilding = rebuilding_tables(spark, config.lake.silver_path, config.databases)
     if rebuilding:
         log.error("tables whose rebuild from Bronze has not ended, refused in this run: %s (scripts/rebuild.py "

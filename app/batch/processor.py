@@ -34,6 +34,7 @@ from app.config import JobConfig
 from app.errors import PipelineError, SinkWriteError, java_root_cause
 from app.hooks import Hooks
 from app.sink.bronze import write_bronze
+from app.sink.bronze_table import BronzeTable
 from app.sink.quarantine import Quarantine
 from app.state.metrics import JobMetrics
 from app.state.sources import SourceWatch
@@ -65,6 +66,7 @@ class BatchProcessor:
         self.quarantine = Quarantine(config)  # app/sink/quarantine.py: read at the first batch, shared
         self.planner = Planner(config, registry, self.quarantine)
         self.writer = TableWriter(config, self.hooks, self.quarantine, replay=replay, rebuild=rebuild)
+        self.bronze_table = BronzeTable(config)  # app/sink/bronze_table.py: ranges registered after each batch
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
         # The latest batches this processor wrote (a bounded window: a stream runs for months).
         self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
@@ -194,6 +196,7 @@ class BatchProcessor:
             ) from e
         if bronze.skipped:
             log.info("batch=%s bronze: %d records already held; written %s", batch_id, bronze.skipped, bronze.written)
+        self.bronze_table.published(bronze.written)
 
     def _done(self, spark: SparkSession, plan: BatchPlan, batch_id: int, duration_s: float) -> None:
         stats = [p.stats for p in plan.tables]
@@ -221,6 +224,7 @@ class BatchProcessor:
             self.status.record_batch(batch_id, stats, skipped, duration_s)
         self.check_sources()
         self.save_status(spark)
+        self.bronze_table.register_pending(spark)  # the batch's Bronze ranges, for readers of the catalog
 
     def check_sources(self, idle: bool = False) -> None:
         """The source-lag alarm's look (app/state/sources.py), after a batch and on the heartbeat's timer (`idle`:

@@ -166,6 +166,16 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INTERVAL = re.compile(r"\d+(\.\d+)? (millisecond|second|minute|hour)s?")
 
 
+def _check_table_names(config: JobConfig) -> None:
+    """The job's own tables: the dead letters' and Bronze's."""
+    if not _IDENTIFIER.fullmatch(config.dead_letters.table):
+        raise ConfigError("dead_letters.table", f"not a valid table name: {config.dead_letters.table!r}")
+    if config.lake.bronze_table and not _IDENTIFIER.fullmatch(config.lake.bronze_table):
+        raise ConfigError("lake.bronze_table", f"not a valid table name: {config.lake.bronze_table!r}")
+    if config.lake.bronze_table == config.dead_letters.table:
+        raise ConfigError("lake.bronze_table", f"{config.lake.bronze_table!r} is the dead-letter table's name too")
+
+
 def _check_semantics(config: JobConfig) -> None:
     _check_registry(config)
     _check_kafka(config)
@@ -184,8 +194,7 @@ def _check_semantics(config: JobConfig) -> None:
         raise ConfigError("lake.table_writers", "must be >= 1 (1: one table after another)")
     if config.lake.write_retries < 0:
         raise ConfigError("lake.write_retries", "must be >= 0 (0: a transient write error fails the batch at once)")
-    if not _IDENTIFIER.fullmatch(config.dead_letters.table):
-        raise ConfigError("dead_letters.table", f"not a valid table name: {config.dead_letters.table!r}")
+    _check_table_names(config)
     if config.dead_letters.unknown_schema_grace_s < 0:
         raise ConfigError("dead_letters.unknown_schema_grace_s", "must be >= 0")
     _check_recovery(config)

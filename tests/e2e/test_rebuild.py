@@ -12,6 +12,8 @@ The story, in one module (each step needs the one before):
    batch: the job refuses the table as unfinished; `--resume` ends it (the batch committed before is skipped);
 5. verify finds the table equal to PostgreSQL; the job then goes on from Kafka (more changes, the update path) and
    the table is still equal: no gap, no double.
+Along the way, the catalog's Bronze table shows every Bronze offset once, and a range left unregistered (as a kill
+between its marker and its registration leaves it) is registered by the next start.
 `--help` has no side effects.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig, load_config
+from app.sink.bronze import read_bronze
 from app.sink.hudi import table_exists
 from app.sink.lakefs import delete_path, fs_and_path
 from app.sink.lost import rebuild_marker
@@ -50,6 +53,7 @@ PREFIX = f"rb{RUN_ID}"
 DATABASE = f"rb_{RUN_ID}"
 ITEMS = f"{DATABASE}.{SCHEMA}_items"
 OTHER = f"{DATABASE}.{SCHEMA}_other"
+BRONZE_TABLE = f"{DATABASE}.cdc_bronze"  # lake.bronze_table's default
 ROWS = 120
 DDL = f"""
 create schema {SCHEMA};
@@ -128,6 +132,18 @@ def test_help_has_no_side_effects(tmp_path: Path) -> None:
     assert "--resume" in done.stdout and not out.exists()
 
 
+def _bronze(story: Story) -> list[tuple[str, int, int]]:
+    bronze = read_bronze(story.spark, story.config.lake.bronze_path)
+    assert bronze is not None
+    return sorted((r.topic, r.partition, r.offset) for r in bronze.select("topic", "partition", "offset").collect())
+
+
+def _catalog_bronze(spark: SparkSession) -> list[tuple[str, int, int]]:
+    spark.catalog.refreshTable(BRONZE_TABLE)
+    rows = spark.table(BRONZE_TABLE).select("topic", "partition", "offset").collect()
+    return sorted((r.topic, r.partition, r.offset) for r in rows)
+
+
 def _exists(spark: SparkSession, uri: str) -> bool:
     fs, path = fs_and_path(spark, uri)
     return bool(fs.exists(path))
@@ -167,6 +183,15 @@ def test_a_lost_table_is_refused_rebuilt_from_bronze_and_verified(
     code, report, output = _verify(story.conf, tmp_path / "before.json")
     assert code == 0 and report["tables"][ITEMS]["equal"], output
 
+    # Bronze in the catalog (app/sink/bronze_table.py): every offset once. A range left unregistered (a kill between
+    # its marker and its registration, made here by dropping its partition) is registered at the next start.
+    assert _catalog_bronze(spark) == _bronze(story), "the catalog's Bronze table differs from Bronze"
+    first = str(spark.sql(f"show partitions {BRONZE_TABLE}").collect()[0][0])
+    values = dict(part.split("=", 1) for part in first.split("/"))
+    spark.sql(f"alter table {BRONZE_TABLE} drop partition (topic='{values['topic']}', `partition`="
+              f"{values['partition']}, offsets='{values['offsets']}')")
+    assert len(_catalog_bronze(spark)) < len(_bronze(story))
+
     # 2. Kafka no longer holds the table's records, and its folder is lost; the catalog keeps it.
     assert _delete_records(topic) > ROWS
     assert delete_path(spark, story.items_path)
@@ -183,6 +208,7 @@ def test_a_lost_table_is_refused_rebuilt_from_bronze_and_verified(
     assert refused and all(s.refused for s in refused), refused
     assert f"table={ITEMS} REFUSED" in caplog.text and "scripts/rebuild.py --conf" in caplog.text, caplog.text
     assert sum(s.upserts for b in pipeline.processor.history for t, s in b.items() if t == OTHER) == 5
+    assert _catalog_bronze(spark) == _bronze(story), "the start did not register the range left unregistered"
     status = read_status(status_path(story.config), story.config.spark.conf.get("spark.hadoop.fs.s3a.endpoint"))
     assert status["skipped_topics"][topic]["reason"].startswith("REFUSED: Silver table"), status["skipped_topics"]
     assert status["tables"][ITEMS]["refused"], status["tables"][ITEMS]

@@ -1,0 +1,131 @@
+"""Bronze in the catalog: `<lake.database>.<lake.bronze_table>` (default `cdc_bronze`), a Parquet table over the
+Bronze folders whose partitions, `(topic, partition, offsets)`, are Bronze's complete range folders
+(app/sink/bronze.py). A partition is registered only once its folder's `_SUCCESS` marker is written, and a reader
+(Spark SQL, Athena, Hive, Trino through the Hive metastore or Glue) reads only registered partitions: it sees
+complete ranges only, each record once.
+
+    SELECT topic, `partition`, `offset`, `timestamp`, key, value FROM tickit.cdc_bronze
+    WHERE topic = 'tickit.crm.users' AND `offset` >= 1000
+
+Registration, one `ALTER TABLE ... ADD IF NOT EXISTS PARTITION ...` statement for the ranges at hand:
+- after each batch's Silver tables are committed (off the path to Silver): the ranges its Bronze write published;
+- at start (`BronzeTable.repair`): the table is created when missing, and every complete range above the highest
+  one registered per (topic, partition) is registered: what a kill between a marker and its registration left, or
+  Bronze written before the table existed (the first start after an upgrade registers all of it).
+File states: a folder without its marker is never registered (and may be removed by the next Bronze write); a
+complete folder is never removed, so a registered partition always points at a whole range. A kill after the marker
+and before the registration leaves a complete range unregistered until the next start: readers miss it for that
+long, never see a part of it. A registration that fails (the metastore out of reach) logs a WARNING and is tried
+again after the next batch; it never fails a batch.
+
+The table is external: dropping it leaves Bronze as it is, and the next start creates and fills it again.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+
+from py4j.protocol import Py4JError
+from pyspark.sql import SparkSession
+from pyspark.sql.utils import CapturedException
+
+from app.config import JobConfig
+from app.sink.bronze import BronzeRange, TopicPartition, bronze_partitions, list_ranges
+from app.wire.source import KAFKA_SCHEMA
+
+log = logging.getLogger(__name__)
+
+PARTITION_COLUMNS = ("topic", "partition", "offsets")
+
+
+def _quoted(name: str) -> str:
+    return f"`{name}`"
+
+
+class BronzeTable:
+    """The catalog table over one job's Bronze (module docstring); `enabled` unless `lake.bronze_table` is empty."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.database = config.lake.database
+        self.table = config.lake.bronze_table
+        self.bronze_path = config.lake.bronze_path.rstrip("/")
+        self.pending: list[BronzeRange] = []  # published, not registered yet
+        self.lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.table)
+
+    @property
+    def name(self) -> str:
+        return f"{_quoted(self.database)}.{_quoted(self.table)}"
+
+    def create(self, spark: SparkSession) -> None:
+        """The table (and its database), when missing."""
+        columns = ", ".join(f"{_quoted(f.name)} {f.dataType.simpleString()}" for f in KAFKA_SCHEMA.fields
+                            if f.name not in PARTITION_COLUMNS)
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {_quoted(self.database)}")
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {self.name} ({columns}, `topic` string, `partition` int, `offsets` string) "
+            f"USING parquet PARTITIONED BY (`topic`, `partition`, `offsets`) LOCATION '{self.bronze_path}'"
+        )
+
+    def registered(self, spark: SparkSession) -> dict[TopicPartition, int]:
+        """The last offset of the highest range registered, per (topic, partition)."""
+        external = spark._jsparkSession.sharedState().externalCatalog()
+        names = external.listPartitionNames(self.database, self.table, spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
+        highest: dict[TopicPartition, int] = {}
+        for i in range(names.size()):
+            values = dict(part.split("=", 1) for part in str(names.apply(i)).split("/"))
+            tp = (values["topic"], int(values["partition"]))
+            highest[tp] = max(highest.get(tp, -1), int(values["offsets"].split("-")[1]))
+        return highest
+
+    def repair(self, spark: SparkSession) -> int:
+        """At start: create the table when missing, register the complete ranges above the highest registered one
+        of each (topic, partition); the number registered."""
+        if not self.enabled:
+            return 0
+        self.create(spark)
+        highest = self.registered(spark)
+        missing = []
+        for topic, partitions in sorted(bronze_partitions(spark, self.bronze_path).items()):
+            for partition in partitions:
+                above = highest.get((topic, partition), -1)
+                missing += [r for r in list_ranges(spark, self.bronze_path, topic, partition, since=above + 1)
+                            if r.complete and r.first > above]
+        self._register(spark, missing)
+        if missing:
+            log.info("bronze table %s.%s: %d complete ranges registered at start", self.database, self.table,
+                     len(missing))
+        return len(missing)
+
+    def published(self, written: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """The ranges a batch's Bronze write published, to register after its tables (`register_pending`)."""
+        if self.enabled:
+            with self.lock:
+                self.pending += [BronzeRange(t, p, first, last) for (t, p), (first, last) in sorted(written.items())]
+
+    def register_pending(self, spark: SparkSession) -> None:
+        """Register the ranges published so far; a failure is logged and left to the next call."""
+        with self.lock:
+            ranges, self.pending = self.pending, []
+        if not ranges:
+            return
+        try:
+            self._register(spark, ranges)
+        except (Py4JError, CapturedException) as e:
+            with self.lock:
+                self.pending = ranges + self.pending
+            log.warning("bronze table %s.%s: %d ranges not registered yet (tried again after the next batch): %s",
+                        self.database, self.table, len(ranges), str(e).splitlines()[0] if str(e) else type(e))
+
+    def _register(self, spark: SparkSession, ranges: Iterable[BronzeRange]) -> None:
+        clauses = [
+            f"PARTITION (`topic`='{r.topic}', `partition`={r.partition}, `offsets`='{r.first:020d}-{r.last:020d}') "
+            f"LOCATION '{r.folder(self.bronze_path)}'"
+            for r in ranges
+        ]
+        for start in range(0, len(clauses), 500):  # one statement per 500 ranges
+            spark.sql(f"ALTER TABLE {self.name} ADD IF NOT EXISTS " + " ".join(clauses[start:start + 500]))
