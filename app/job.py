@@ -24,7 +24,6 @@ from app.hooks import Hooks
 from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, claim_routes, route_topic, skip_reason
-from app.sink.lost import rebuilding_tables
 from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
 from app.state.layout import check_layouts, log_unmatched, unmatched_settings
 from app.state.metrics import JobMetrics, MetricsListener
@@ -90,7 +89,7 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
         processor.bronze_table.repair(spark)
     except (Py4JError, CapturedException) as e:  # readers miss the newest ranges until a later start: said, not fatal
         log.warning("bronze table %s: not repaired at start: %s", processor.bronze_table.name, java_root_cause(e))
-    rebuilding = processor.writer.lost.rebuilding = rebuilding_tables(spark, config.lake.silver_path, config.databases)
+    rebuilding = processor.writer.lost.load(spark, config.lake.silver_path, config.databases)
     if rebuilding:
         log.error("tables whose rebuild from Bronze has not ended, refused in this run: %s (scripts/rebuild.py "
                   "--resume)", ", ".join(sorted(rebuilding)))
@@ -138,6 +137,9 @@ def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:
         if processor.failure is not None:
             raise processor.failure from e
         raise
+    spark = SparkSession.getActiveSession()
+    if spark is not None:  # the last batches' Bronze ranges, registered before the end
+        processor.bronze_table.flush(spark)
     log.info("query %s finished", query.name)
 
 

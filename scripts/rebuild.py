@@ -3,10 +3,11 @@
 
 Bronze (app/sink/bronze.py) keeps every Kafka record the job read, in range folders per topic and partition. This
 script reads the complete ranges of the topics that feed the chosen tables, oldest first, in batches of about
-`--batch-records` records (each batch takes the next range of every partition in turn, as the job's micro-batches
-did), and hands each batch to the job's batch function (app/batch/processor.py, in rebuild mode: Bronze is not
-written again). Every event is applied as in a live batch: ordered by source position, deletes recorded in the
-delete ledger, undecodable records to the dead letters (which drop records they hold already).
+`--batch-records` records (the next range of every partition taken in turn; a batch closes once it holds that
+many, so it holds at most that plus one range), and hands each batch to the job's batch function
+(app/batch/processor.py, in rebuild mode: Bronze is not written again). Every event is applied as in a live batch:
+ordered by source position, deletes recorded in the delete ledger, undecodable records to the dead letters (which
+drop records they hold already). A chosen table quarantined on the way stops the rebuild (exit 1).
 
 Each commit records the Kafka offsets it applied, as the job's do. So once the rebuild has ended, the job goes on
 from its checkpoint: what it reads again is at or below those offsets and is skipped; what it reads next follows
@@ -232,15 +233,23 @@ def prepare(
             raise RebuildRefused(f"{t.table} exists at {t.path}{started}; --replace removes it and rebuilds it")
     for t in chosen:
         database, table = t.table.split(".", 1)
-        write_text(spark, rebuild_marker(config.lake.silver_path, database, table),
-                   json.dumps({"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "topics": t.topics}))
-        if replace and delete_path(spark, t.path):
-            log.info("%s: removed %s (--replace)", t.table, t.path)
+        location = rebuild_marker(config.lake.silver_path, database, table)
+        fs, marker = fs_and_path(spark, location)
+        state = json.loads(read_text(spark, location)) if resume and fs.exists(marker) else {
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "topics": t.topics,
+            "replace": replace, "removed": False}
+        write_text(spark, location, json.dumps(state))
+        # A --replace cut short before its folder was removed removes it on --resume: never the old table kept.
+        if state.get("replace") and not state.get("removed"):
+            if delete_path(spark, t.path):
+                log.info("%s: removed %s (--replace)", t.table, t.path)
+            write_text(spark, location, json.dumps({**state, "removed": True}))
 
 
 def batches_of(ranges: dict[tuple[str, int], list[BronzeRange]], batch_records: int) -> list[list[BronzeRange]]:
-    """The ranges in batches: each round takes the next range of every partition, and a batch closes once it holds
-    `batch_records` records or more; within a partition ranges stay in offset order, one batch after another."""
+    """The ranges in batches: rounds take the next range of every partition in turn, and a batch closes once it
+    holds `batch_records` records or more (so it holds at most that plus one range); within a partition ranges stay
+    in offset order, one batch after another."""
     queues = {tp: list(rs) for tp, rs in sorted(ranges.items())}
     batches: list[list[BronzeRange]] = []
     current: list[BronzeRange] = []
@@ -251,9 +260,9 @@ def batches_of(ranges: dict[tuple[str, int], list[BronzeRange]], batch_records: 
                 r = queues[tp].pop(0)
                 current.append(r)
                 size += r.last - r.first + 1
-        if size >= batch_records:
-            batches.append(current)
-            current, size = [], 0
+                if size >= batch_records:
+                    batches.append(current)
+                    current, size = [], 0
     if current:
         batches.append(current)
     return batches
@@ -296,7 +305,11 @@ def run_batches(spark: SparkSession, config: JobConfig, report: RebuildReport, b
     for n, batch in enumerate(batches):
         records = sum(r.last - r.first + 1 for r in batch)
         batch_df = read_folders(spark, bronze, [r.folder(bronze) for r in batch])
+        processor.last_stats = {}
         processor.process(batch_df, n)
+        quarantined = sorted(set(processor.quarantine.tables) & {t.table for t in report.tables})
+        if quarantined:  # its records went to the dead letters: not a rebuilt table
+            raise RuntimeError(f"quarantined during the rebuild: {', '.join(quarantined)} (the batch's log says why)")
         report.batches += 1
         report.records += records
         stats = processor.last_stats.values()

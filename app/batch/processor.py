@@ -102,6 +102,8 @@ class BatchProcessor:
         self.running = (batch_id, started, step)
         self.sources.begin_batch()
         try:
+            if not self.rebuild and not self.writer.lost.loaded:  # a replay's: tables whose rebuild has not ended
+                self.writer.lost.load(spark, self.config.lake.silver_path, self.config.databases)
             plan = self.planner.plan(raw_df)
             self.sources.delivered(plan.newest_ms)
             self.phases["plan"] = time.monotonic() - started

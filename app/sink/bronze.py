@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -82,10 +82,12 @@ def bronze_rows(kafka_df: DataFrame) -> DataFrame:
 
 
 def list_ranges(
-    spark: SparkSession, bronze_path: str, topic: str, partition: int, since: int = 0
+    spark: SparkSession, bronze_path: str, topic: str, partition: int, since: int = 0, *,
+    skip: Callable[[int, int], bool] | None = None,
 ) -> list[BronzeRange]:
     """The range folders of one (topic, partition) that reach offset `since` or beyond, complete or not, by first
-    offset. Only those get their marker looked up (one request each): a writer passes its batch's first offset.
+    offset (and that `skip(first, last)` does not leave out). Only those get their marker looked up (one request
+    each): a writer passes its batch's first offset.
     A folder left without a marker always reaches the next batch's start: Bronze is written before the Silver
     commits the restart resumes after, so an unfinished range lies at or above them."""
     fs, folder = fs_and_path(spark, partition_folder(bronze_path, topic, partition))
@@ -94,9 +96,13 @@ def list_ranges(
     ranges = []
     for status in fs.listStatus(folder):
         match = _RANGE.fullmatch(status.getPath().getName())
-        if status.isDirectory() and match and int(match[2]) >= since:
-            complete = fs.exists(_jpath(spark, f"{status.getPath().toString()}/{MARKER}"))
-            ranges.append(BronzeRange(topic, partition, int(match[1]), int(match[2]), complete))
+        if not (status.isDirectory() and match) or int(match[2]) < since:
+            continue
+        first, last = int(match[1]), int(match[2])
+        if skip is not None and skip(first, last):
+            continue
+        complete = fs.exists(_jpath(spark, f"{status.getPath().toString()}/{MARKER}"))
+        ranges.append(BronzeRange(topic, partition, first, last, complete))
     return sorted(ranges, key=lambda r: (r.first, r.last))
 
 

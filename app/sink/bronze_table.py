@@ -8,10 +8,12 @@ complete ranges only, each record once.
     WHERE topic = 'tickit.crm.users' AND `offset` >= 1000
 
 Registration, one `ALTER TABLE ... ADD IF NOT EXISTS PARTITION ...` statement for the ranges at hand:
-- after each batch's Silver tables are committed (off the path to Silver): the ranges its Bronze write published;
-- at start (`BronzeTable.repair`): the table is created when missing, and every complete range above the highest
-  one registered per (topic, partition) is registered: what a kill between a marker and its registration left, or
-  Bronze written before the table existed (the first start after an upgrade registers all of it).
+- after each batch's Silver tables are committed, on a thread of its own (off the batch's time: the next batch does
+  not wait for the metastore): the ranges its Bronze write published; at a query's end, what is left (`flush`);
+- at start (`BronzeTable.repair`): the table is created when missing, and every complete range not registered is:
+  what a kill between a marker and its registration left (also below registered ranges: a statement partly
+  applied), or Bronze written before the table existed (the first start after an upgrade registers all of it).
+  Each partition's folder is listed once, and only unregistered folders get their marker looked up.
 File states: a folder without its marker is never registered (and may be removed by the next Bronze write); a
 complete folder is never removed, so a registered partition always points at a whole range. A kill after the marker
 and before the registration leaves a complete range unregistered until the next start: readers miss it for that
@@ -52,6 +54,7 @@ class BronzeTable:
         self.bronze_path = config.lake.bronze_path.rstrip("/")
         self.pending: list[BronzeRange] = []  # published, not registered yet
         self.lock = threading.Lock()
+        self.worker: threading.Thread | None = None  # the registration under way
 
     @property
     def enabled(self) -> bool:
@@ -71,30 +74,30 @@ class BronzeTable:
             f"USING parquet PARTITIONED BY (`topic`, `partition`, `offsets`) LOCATION '{self.bronze_path}'"
         )
 
-    def registered(self, spark: SparkSession) -> dict[TopicPartition, int]:
-        """The last offset of the highest range registered, per (topic, partition)."""
+    def registered(self, spark: SparkSession) -> set[str]:
+        """The names of the registered partitions (`topic=<t>/partition=<p>/offsets=<first>-<last>`)."""
         external = spark._jsparkSession.sharedState().externalCatalog()
-        names = external.listPartitionNames(self.database, self.table, spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
-        highest: dict[TopicPartition, int] = {}
-        for i in range(names.size()):
-            values = dict(part.split("=", 1) for part in str(names.apply(i)).split("/"))
-            tp = (values["topic"], int(values["partition"]))
-            highest[tp] = max(highest.get(tp, -1), int(values["offsets"].split("-")[1]))
-        return highest
+        none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
+        names = external.listPartitionNames(self.database, self.table, none)
+        return {str(names.apply(i)) for i in range(names.size())}
 
     def repair(self, spark: SparkSession) -> int:
-        """At start: create the table when missing, register the complete ranges above the highest registered one
-        of each (topic, partition); the number registered."""
+        """At start: create the table when missing, register every complete range not registered yet (each
+        partition's folder listed once; only unregistered folders get their marker looked up); the number
+        registered."""
         if not self.enabled:
             return 0
+        self.flush(spark)
         self.create(spark)
-        highest = self.registered(spark)
+        registered = self.registered(spark)
         missing = []
         for topic, partitions in sorted(bronze_partitions(spark, self.bronze_path).items()):
             for partition in partitions:
-                above = highest.get((topic, partition), -1)
-                missing += [r for r in list_ranges(spark, self.bronze_path, topic, partition, since=above + 1)
-                            if r.complete and r.first > above]
+                def held(first: int, last: int, topic: str = topic, partition: int = partition) -> bool:
+                    return _name(topic, partition, first, last) in registered
+
+                missing += [r for r in list_ranges(spark, self.bronze_path, topic, partition, skip=held)
+                            if r.complete]
         self._register(spark, missing)
         if missing:
             log.info("bronze table %s.%s: %d complete ranges registered at start", self.database, self.table,
@@ -108,18 +111,35 @@ class BronzeTable:
                 self.pending += [BronzeRange(t, p, first, last) for (t, p), (first, last) in sorted(written.items())]
 
     def register_pending(self, spark: SparkSession) -> None:
-        """Register the ranges published so far; a failure is logged and left to the next call."""
+        """Register the ranges published so far, on a thread of its own (off the batch's time); while an earlier
+        registration still runs, they wait for the next call. A failure is logged and left to the next call."""
+        with self.lock:
+            if not self.pending or (self.worker is not None and self.worker.is_alive()):
+                return
+            ranges, self.pending = self.pending, []
+            self.worker = threading.Thread(target=self._register_or_keep, args=(spark, ranges), daemon=True,
+                                           name="bronze-table")
+            self.worker.start()
+
+    def flush(self, spark: SparkSession) -> None:
+        """Wait for the registration under way, then register what is pending (a query's end)."""
+        worker = self.worker
+        if worker is not None:
+            worker.join()
         with self.lock:
             ranges, self.pending = self.pending, []
-        if not ranges:
-            return
+        if ranges:
+            self._register_or_keep(spark, ranges)
+
+    def _register_or_keep(self, spark: SparkSession, ranges: list[BronzeRange]) -> None:
         try:
             self._register(spark, ranges)
         except (Py4JError, CapturedException) as e:
             with self.lock:
                 self.pending = ranges + self.pending
-            log.warning("bronze table %s.%s: %d ranges not registered yet (tried again after the next batch): %s",
-                        self.database, self.table, len(ranges), str(e).splitlines()[0] if str(e) else type(e))
+            log.warning("bronze table %s.%s: %d ranges not registered yet (tried again after the next batch, and at "
+                        "the next start): %s", self.database, self.table, len(ranges),
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
 
     def _register(self, spark: SparkSession, ranges: Iterable[BronzeRange]) -> None:
         clauses = [
@@ -129,3 +149,8 @@ class BronzeTable:
         ]
         for start in range(0, len(clauses), 500):  # one statement per 500 ranges
             spark.sql(f"ALTER TABLE {self.name} ADD IF NOT EXISTS " + " ".join(clauses[start:start + 500]))
+
+
+def _name(topic: str, partition: int, first: int, last: int) -> str:
+    """A range's partition name as the catalog lists it."""
+    return f"topic={topic}/partition={partition}/offsets={first:020d}-{last:020d}"

@@ -7,6 +7,7 @@ without a word. So before a table's first write, when its timeline shows no comp
 
     no catalog entry for the table                     a new table: created by the write, as always
     an entry whose location is another folder          not this table's: created as always
+    the folder holds hoodie.properties (or its backup) a table (of another timeline layout, or being created)
     a Hudi entry at the table's folder                 lost: refused (`lost_reason`), until it is rebuilt
 
 A refused table's records are not written (nor sent to the dead letters); Bronze keeps them like every other, so a
@@ -86,7 +87,14 @@ class LostTables:
     def __init__(self) -> None:
         self.said: set[str] = set()
         self.lock = threading.Lock()
-        self.rebuilding: set[str] = set()  # read at start (app/job.py): tables whose rebuild has not ended
+        self.rebuilding: set[str] = set()  # tables whose rebuild has not ended (`load`)
+        self.loaded = False
+
+    def load(self, spark: SparkSession, silver_path: str, databases: list[str]) -> set[str]:
+        """Read the rebuild markers (at each start of the job's query; before a replay's first batch)."""
+        self.rebuilding = rebuilding_tables(spark, silver_path, databases)
+        self.loaded = True
+        return self.rebuilding
 
     def reason(
         self, spark: SparkSession, target: HudiTarget, conf_hint: str = "<conf file>", committed: bool = True
@@ -95,7 +103,7 @@ class LostTables:
         when it may be written. `committed`: its timeline shows a commit with offsets (the catalog is not asked)."""
         if target.qualified_name in self.rebuilding:
             why = unfinished_reason(target, conf_hint)
-        elif committed or table_exists(spark, target.path):
+        elif committed or table_exists(spark, target.path) or _has_properties(spark, target.path):
             return None
         else:
             location = registered_location(spark, target.database, target.table)
@@ -108,6 +116,14 @@ class LostTables:
         if first:
             log.error("table=%s REFUSED: %s", target.qualified_name, why)
         return why
+
+
+def _has_properties(spark: SparkSession, path: str) -> bool:
+    """Whether the folder holds Hudi's table properties (or their backup): a table there, of whatever timeline
+    layout, or one being created; not a lost one."""
+    fs, meta = fs_and_path(spark, f"{path.rstrip('/')}/.hoodie")
+    names = ("hoodie.properties", "hoodie.properties.backup")
+    return bool(fs.exists(meta)) and any(status.getPath().getName() in names for status in fs.listStatus(meta))
 
 
 def lost_reason(target: HudiTarget, location: str, conf_hint: str) -> str:

@@ -46,7 +46,8 @@ def test_only_complete_ranges_are_shown_and_each_is_registered_once(
         # A batch's range: registered after the batch (published, then register_pending).
         third = {("p.s.b", 0): range(3, 8)}
         table.published(write_bronze(kafka_batch(spark, third), bronze, offsets_of(third)).written)
-        table.register_pending(spark)
+        table.register_pending(spark)  # on a thread of its own
+        table.flush(spark)  # as a query's end does
         assert _shown(spark, table) == sorted(expected + [("p.s.b", 0, o) for o in range(3, 8)])
 
         # A kill between a range's marker and its registration: the next start registers it.
@@ -54,6 +55,11 @@ def test_only_complete_ranges_are_shown_and_each_is_registered_once(
         write_bronze(kafka_batch(spark, fourth), bronze, offsets_of(fourth))
         assert table.repair(spark) == 1
         assert _shown(spark, table)[-1] == ("p.s.b", 0, 8)
+        # A hole below registered ranges (a statement partly applied): registered too.
+        spark.sql(f"alter table {database}.cdc_bronze drop partition (topic='p.s.a', `partition`=0, "
+                  f"offsets='{0:020d}-{9:020d}')")
+        assert len(_shown(spark, table)) == 15 + 9 - 10
+        assert table.repair(spark) == 1
         assert len(_shown(spark, table)) == 15 + 9
     finally:
         spark.sql(f"drop database if exists {database} cascade")

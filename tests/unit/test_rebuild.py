@@ -24,7 +24,7 @@ def test_each_round_takes_the_next_range_of_every_partition_and_a_batch_closes_a
     flat = [r for b in batches for r in b]
     assert sorted(flat, key=lambda r: (r.topic, r.partition, r.first)) == sorted(
         [r for rs in ranges.values() for r in rs], key=lambda r: (r.topic, r.partition, r.first))
-    assert len(batches_of(ranges, batch_records=1)) == 3  # one round each
+    assert len(batches_of(ranges, batch_records=1)) == 6  # a range each
     assert batches_of({}, 10) == []
 
 
