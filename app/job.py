@@ -85,15 +85,11 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
     the status they leave, written whatever their outcome; from here on the processor writes it after every
     batch."""
     processor.writer.conf_file = conf_file  # for the commands its messages name
-    try:
-        processor.bronze_table.repair(spark)
-    except (Py4JError, CapturedException) as e:  # readers miss the newest ranges until a later start: said, not fatal
-        log.warning("bronze table %s: not repaired at start: %s", processor.bronze_table.name, java_root_cause(e))
+    partitions = check_services(spark, config, processor.planner.registry, lambda: kafka_partitions(spark, config))
     rebuilding = processor.writer.lost.load(spark, config.lake.silver_path, config.databases)
     if rebuilding:
         log.error("tables whose rebuild from Bronze has not ended, refused in this run: %s (scripts/rebuild.py "
                   "--resume)", ", ".join(sorted(rebuilding)))
-    partitions = check_services(spark, config, processor.planner.registry, lambda: kafka_partitions(spark, config))
     roots = all_partition_roots(spark, config)
     routes, refused = claim_routes(config, partitions, roots, table_holder(spark, config), processor.planner.claims)
     log.info("%d topics of %d sources: %s", len(partitions), len(config.source_list),
@@ -121,6 +117,10 @@ def _check_start(spark: SparkSession, config: JobConfig, processor: BatchProcess
         raise
     finally:
         write_status(spark, config, status)
+    try:  # after every check: a start refused writes nothing to the lake
+        processor.bronze_table.repair(spark)
+    except (Py4JError, CapturedException) as e:  # readers miss the newest ranges until a later start: said, not fatal
+        log.warning("bronze table %s: not repaired at start: %s", processor.bronze_table.name, java_root_cause(e))
 
 
 def _why(route: TableRoute) -> str:

@@ -240,9 +240,10 @@ class LakeConfig:
     # When Hudi's meta sync runs after a commit: `on_change` (a table's first write in the run, new columns, every
     # commit of a partitioned table; app/sink/metasync.py) or `every_commit`.
     meta_sync: Literal["on_change", "every_commit"] = "on_change"
-    # The catalog table over Bronze in `lake.database` (docs/concepts.md "Bronze"): its partitions are Bronze's
-    # complete range folders, so readers see only complete ranges. Empty: no such table.
-    bronze_table: str = "cdc_bronze"
+    # A catalog table over Bronze in `lake.database`, such as `cdc_bronze` (docs/concepts.md "Bronze in the
+    # catalog"): its partitions are Bronze's complete range folders, so readers see only complete ranges. Empty (the
+    # default): no such table (each batch would add a metastore statement).
+    bronze_table: str = ""
     # A table's write failing with a transient error (object-store throttling or unavailability, a connection or
     # metastore timeout) is tried again this many times, 5 s later, then 10 s, 20 s...; then the batch fails and is
     # read again at the next start. Never a reason to quarantine a table (app/sink/quarantine.py).

@@ -8,8 +8,8 @@ complete ranges only, each record once.
     WHERE topic = 'tickit.crm.users' AND `offset` >= 1000
 
 Registration, one `ALTER TABLE ... ADD IF NOT EXISTS PARTITION ...` statement for the ranges at hand:
-- after each batch's Silver tables are committed, on a thread of its own (off the batch's time: the next batch does
-  not wait for the metastore): the ranges its Bronze write published; at a query's end, what is left (`flush`);
+- after each batch's Silver tables are committed: the ranges its Bronze write published; at a query's end, what is
+  left (`flush`);
 - at start (`BronzeTable.repair`): the table is created when missing, and every complete range not registered is:
   what a kill between a marker and its registration left (also below registered ranges: a statement partly
   applied), or Bronze written before the table existed (the first start after an upgrade registers all of it).
@@ -20,7 +20,9 @@ and before the registration leaves a complete range unregistered until the next 
 long, never see a part of it. A registration that fails (the metastore out of reach) logs a WARNING and is tried
 again after the next batch; it never fails a batch.
 
-The table is external: dropping it leaves Bronze as it is, and the next start creates and fills it again.
+Off by default (`lake.bronze_table` empty): each registration is a metastore statement on the batch's thread, and
+each start lists the table's partitions. The table is external: dropping it leaves Bronze as it is, and the next
+start creates and fills it again.
 """
 from __future__ import annotations
 
@@ -54,7 +56,6 @@ class BronzeTable:
         self.bronze_path = config.lake.bronze_path.rstrip("/")
         self.pending: list[BronzeRange] = []  # published, not registered yet
         self.lock = threading.Lock()
-        self.worker: threading.Thread | None = None  # the registration under way
 
     @property
     def enabled(self) -> bool:
@@ -111,25 +112,16 @@ class BronzeTable:
                 self.pending += [BronzeRange(t, p, first, last) for (t, p), (first, last) in sorted(written.items())]
 
     def register_pending(self, spark: SparkSession) -> None:
-        """Register the ranges published so far, on a thread of its own (off the batch's time); while an earlier
-        registration still runs, they wait for the next call. A failure is logged and left to the next call."""
-        with self.lock:
-            if not self.pending or (self.worker is not None and self.worker.is_alive()):
-                return
-            ranges, self.pending = self.pending, []
-            self.worker = threading.Thread(target=self._register_or_keep, args=(spark, ranges), daemon=True,
-                                           name="bronze-table")
-            self.worker.start()
-
-    def flush(self, spark: SparkSession) -> None:
-        """Wait for the registration under way, then register what is pending (a query's end)."""
-        worker = self.worker
-        if worker is not None:
-            worker.join()
+        """Register the ranges published so far; a failure is logged and left to the next call. On the batch's own
+        thread: py4j calls from a thread of its own inside a foreachBatch callback broke the callback's connection."""
         with self.lock:
             ranges, self.pending = self.pending, []
         if ranges:
             self._register_or_keep(spark, ranges)
+
+    def flush(self, spark: SparkSession) -> None:
+        """Register what is pending (a query's end)."""
+        self.register_pending(spark)
 
     def _register_or_keep(self, spark: SparkSession, ranges: list[BronzeRange]) -> None:
         try:

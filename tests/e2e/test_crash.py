@@ -309,10 +309,7 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
     kafka = {(r.topic, r.partition, r.offset) for t in TABLES for r in read_topic(f"{PREFIX}.{SCHEMA}.{t}")}
     assert len(held) == len(set(held)), "an offset is in Bronze twice"
     assert set(held) == kafka, f"Bronze misses {len(kafka - set(held))} offsets, has {len(set(held) - kafka)} extra"
-    # The catalog's Bronze table (app/sink/bronze_table.py) shows the same offsets once each: a kill between a
-    # range's marker and its registration (`tables_committed`, mid-batch) repaired at the next start.
-    assert sorted(bronze_in_catalog(spark, DATABASE)) == sorted(held), "the catalog's Bronze table differs from Bronze"
-    print(f"rows compared: {compared}; Kafka offsets in Bronze exactly once, and in its catalog table: {len(kafka)}")
+    print(f"rows compared: {compared}; Kafka offsets in Bronze exactly once: {len(kafka)}")
 
     dead = [r.dead_letter_id for r in dead_letters(spark, silver).select("dead_letter_id").collect()]
     assert len(dead) == len(set(dead)), "a record is in the dead letters twice"
@@ -323,14 +320,6 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
 
     missed = [p for p in NAMED if not any(k.point == p and k.landed == "hit" for k in kills)]
     assert not missed, f"named points never hit with their precondition: {missed}\n{report}"
-
-
-def bronze_in_catalog(spark: SparkSession, database: str) -> list[tuple[str, int, int]]:
-    """(topic, partition, offset) of every record the catalog's Bronze table shows."""
-    table = f"{database}.cdc_bronze"  # lake.bronze_table's default
-    spark.catalog.refreshTable(table)
-    rows = spark.table(table).select("topic", "partition", "offset").collect()
-    return [(r.topic, r.partition, r.offset) for r in rows]
 
 
 def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.Random) -> Kill:

@@ -53,7 +53,7 @@ PREFIX = f"rb{RUN_ID}"
 DATABASE = f"rb_{RUN_ID}"
 ITEMS = f"{DATABASE}.{SCHEMA}_items"
 OTHER = f"{DATABASE}.{SCHEMA}_other"
-BRONZE_TABLE = f"{DATABASE}.cdc_bronze"  # lake.bronze_table's default
+BRONZE_TABLE = f"{DATABASE}.cdc_bronze"  # lake.bronze_table, set in _conf
 ROWS = 120
 DDL = f"""
 create schema {SCHEMA};
@@ -81,7 +81,7 @@ def _conf(folder: Path, lake: str) -> Path:
     raw.pop("sources", None)
     raw["source"] = {"topic_prefix": PREFIX, "framing": "id4", "id_type": "contentId"}
     raw["lake"].update({"database": DATABASE, "silver_path": f"{lake}/silver", "bronze_path": f"{lake}/bronze",
-                        "checkpoint_path": f"{lake}/checkpoint"})
+                        "checkpoint_path": f"{lake}/checkpoint", "bronze_table": "cdc_bronze"})
     path = folder / f"{PREFIX}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

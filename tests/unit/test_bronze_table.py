@@ -26,7 +26,7 @@ def test_only_complete_ranges_are_shown_and_each_is_registered_once(
     bronze = str(tmp_path / "bronze")
     database = f"bt_{RUN_ID}"
     config = dataclasses.replace(local_config, lake=dataclasses.replace(
-        local_config.lake, bronze_path=bronze, database=database))
+        local_config.lake, bronze_path=bronze, database=database, bronze_table="cdc_bronze"))
     first = {("p.s.a", 0): range(0, 10), ("p.s.b", 0): range(0, 3)}
     second = {("p.s.a", 0): range(10, 15)}
     write_bronze(kafka_batch(spark, first), bronze, offsets_of(first))
@@ -46,8 +46,7 @@ def test_only_complete_ranges_are_shown_and_each_is_registered_once(
         # A batch's range: registered after the batch (published, then register_pending).
         third = {("p.s.b", 0): range(3, 8)}
         table.published(write_bronze(kafka_batch(spark, third), bronze, offsets_of(third)).written)
-        table.register_pending(spark)  # on a thread of its own
-        table.flush(spark)  # as a query's end does
+        table.register_pending(spark)
         assert _shown(spark, table) == sorted(expected + [("p.s.b", 0, o) for o in range(3, 8)])
 
         # A kill between a range's marker and its registration: the next start registers it.
