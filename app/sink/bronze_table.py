@@ -1,4 +1,4 @@
-"""Bronze in the catalog: `<lake.database>.<lake.bronze_table>` (default `cdc_bronze`), a Parquet table over the
+"""Bronze in the catalog: `<lake.database>.<lake.bronze_table>` (when set, e.g. `cdc_bronze`), a Parquet table over the
 Bronze folders whose partitions, `(topic, partition, offsets)`, are Bronze's complete range folders
 (app/sink/bronze.py). A partition is registered only once its folder's `_SUCCESS` marker is written, and a reader
 (Spark SQL, Athena, Hive, Trino through the Hive metastore or Glue) reads only registered partitions: it sees
