@@ -139,7 +139,7 @@ def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:
         raise
     spark = SparkSession.getActiveSession()
     if spark is not None:  # the last batches' Bronze ranges, registered before the end
-        processor.bronze_table.flush(spark)
+        processor.bronze_table.register_pending(spark)
     log.info("query %s finished", query.name)
 
 

@@ -9,7 +9,7 @@ complete ranges only, each record once.
 
 Registration, one `ALTER TABLE ... ADD IF NOT EXISTS PARTITION ...` statement for the ranges at hand:
 - after each batch's Silver tables are committed: the ranges its Bronze write published; at a query's end, what is
-  left (`flush`);
+  left;
 - at start (`BronzeTable.repair`): the table is created when missing, and every complete range not registered is:
   what a kill between a marker and its registration left (also below registered ranges: a statement partly
   applied), or Bronze written before the table existed (the first start after an upgrade registers all of it).
@@ -27,7 +27,6 @@ start creates and fills it again.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 
 from py4j.protocol import Py4JError
@@ -55,7 +54,6 @@ class BronzeTable:
         self.table = config.lake.bronze_table
         self.bronze_path = config.lake.bronze_path.rstrip("/")
         self.pending: list[BronzeRange] = []  # published, not registered yet
-        self.lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -88,7 +86,7 @@ class BronzeTable:
         registered."""
         if not self.enabled:
             return 0
-        self.flush(spark)
+        self.register_pending(spark)
         self.create(spark)
         registered = self.registered(spark)
         missing = []
@@ -108,27 +106,19 @@ class BronzeTable:
     def published(self, written: Mapping[TopicPartition, tuple[int, int]]) -> None:
         """The ranges a batch's Bronze write published, to register after its tables (`register_pending`)."""
         if self.enabled:
-            with self.lock:
-                self.pending += [BronzeRange(t, p, first, last) for (t, p), (first, last) in sorted(written.items())]
+            self.pending += [BronzeRange(t, p, first, last) for (t, p), (first, last) in sorted(written.items())]
 
     def register_pending(self, spark: SparkSession) -> None:
-        """Register the ranges published so far; a failure is logged and left to the next call. On the batch's own
-        thread: py4j calls from a thread of its own inside a foreachBatch callback broke the callback's connection."""
-        with self.lock:
-            ranges, self.pending = self.pending, []
-        if ranges:
-            self._register_or_keep(spark, ranges)
-
-    def flush(self, spark: SparkSession) -> None:
-        """Register what is pending (a query's end)."""
-        self.register_pending(spark)
-
-    def _register_or_keep(self, spark: SparkSession, ranges: list[BronzeRange]) -> None:
+        """Register the ranges published so far (after a batch, at a query's end); a failure is logged and left to
+        the next call. On the batch's own thread: py4j calls from a thread of its own inside a foreachBatch callback
+        broke the callback's connection."""
+        ranges, self.pending = self.pending, []
+        if not ranges:
+            return
         try:
             self._register(spark, ranges)
         except (Py4JError, CapturedException) as e:
-            with self.lock:
-                self.pending = ranges + self.pending
+            self.pending = ranges + self.pending
             log.warning("bronze table %s.%s: %d ranges not registered yet (tried again after the next batch, and at "
                         "the next start): %s", self.database, self.table, len(ranges),
                         str(e).splitlines()[0] if str(e) else type(e).__name__)
