@@ -10,6 +10,8 @@
 # One part of jars on its own:
 #   jvm     the project's own JVM functions: jvm/, built by Maven into .deps/spark/cdc-functions.jar when jvm/
 #           changed (scripts/package.sh runs it: the EMR package ships that jar)
+# For the tests only (scripts/test.sh runs it, after the others):
+#   cds     a class-data sharing archive of the Spark drivers' classes, .deps/cds/spark.jsa (devkit/cds.py)
 # Runtime-only steps, for the container image (Dockerfile); never part of the default:
 #   build-system    Debian packages the jars step needs: a JDK 17, Maven, python3 (the image's builder stage)
 #   runtime-system  Debian packages the job needs to run: a JRE 17, python3 with venv (the image's final stage)
@@ -19,7 +21,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-case ${1:-} in -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 log() { printf '[setup] %s\n' "$*"; }
 
 stop_debian_mariadb() {
@@ -179,6 +181,7 @@ for s in "${steps[@]}"; do
     build-system) build_system ;;
     runtime-system) runtime_system ;;
     python-runtime) python_runtime ;;
+    cds) .venv/bin/python -m devkit.cds ;;
     *) echo "unknown step $s" >&2; exit 2 ;;
   esac
 done

@@ -31,7 +31,18 @@ cleanup() {
   if [ "${CI:-}" = true ] && [ -z "$running" ]; then scripts/stack.sh reset; else scripts/stack.sh down $started; fi
 }
 trap cleanup EXIT
+# The JVMs the tests start (each worker's Spark, the job processes, spark-submit) live seconds to minutes: C1 only
+# and the serial collector spend about a third less CPU on them here (the stack's services keep their own flags).
+# C1 alone gets a 48 MB code cache by default, which a worker's long-lived Spark driver fills: its code-cache sweeper
+# then flushes and its compiler recompiles all the time (a third of the partitions module's CPU went that way), so it
+# gets the 240 MB of the default mode. The JDK's own SAX parser named up front: the AWS SDK makes one per S3 listing,
+# and finding it otherwise searches every jar on the class path each time.
+jvm_flags=${JAVA_TOOL_OPTIONS:-"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC \
+-Dorg.xml.sax.driver=com.sun.org.apache.xerces.internal.parsers.SAXParser"}
+# The Spark drivers' class-data sharing archive (devkit/cds.py), made (when stale) while the stack starts.
+JAVA_TOOL_OPTIONS=$jvm_flags scripts/setup.sh cds > .deps/cds.out 2>&1 & cds_pid=$!
 scripts/stack.sh up
+if wait "$cds_pid"; then cat .deps/cds.out; else cat .deps/cds.out; echo "[test] cds archive not made: the drivers start without it"; fi
 echo "[test] pytest"
 # Under a non-UTC zone on purpose: no conversion may depend on the machine's time zone.
 export TZ=America/Los_Angeles
@@ -42,12 +53,7 @@ rc=0
 # The slowest tests and the time per module are printed on every run (tests/conftest.py). The modules run on
 # TEST_WORKERS pytest-xdist workers at once, longest first (tests/support/parallel.py); TEST_WORKERS=0: one process.
 workers=${TEST_WORKERS:-3}
-# The JVMs the tests start (each worker's Spark, the job processes, spark-submit) live seconds to minutes: C1 only
-# and the serial collector spend about a third less CPU on them here (the stack's services keep their own flags).
-# The JDK's own SAX parser named up front: the AWS SDK makes one per S3 listing, and finding it otherwise searches
-# every jar on the class path each time.
-export JAVA_TOOL_OPTIONS=${JAVA_TOOL_OPTIONS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC \
--Dorg.xml.sax.driver=com.sun.org.apache.xerces.internal.parsers.SAXParser"}
+export JAVA_TOOL_OPTIONS="$jvm_flags $(.venv/bin/python -m devkit.cds --options)"
 .venv/bin/pytest --durations=25 -n "$workers" "$@" || rc=$?
 echo "[test] finished in $((SECONDS - start))s (exit $rc)"
 exit $rc
