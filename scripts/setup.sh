@@ -94,8 +94,9 @@ jars() {
 # The job's JVM functions (app/cdc/debezium_types.py calls them through Spark's `reflect`), rebuilt when jvm/ changes;
 # and the connector side's SMT (io.cdclake.connect, .deps/connect/cdc-connect.jar, linked into each Connect plugin).
 # The crash tests' pause points (io.cdclake.testing) go to a jar of their own, never in .deps/spark (which the image
-# and the package take): .deps/spark-testing holds links to every jar of .deps/spark and that one, for the tests'
-# job processes (`spark.jars_dir: .deps/spark-testing`).
+# and the package take): the tests' job processes get it last on their class path (tests/support/jobprocess.py), and
+# .deps/spark-testing holds links to every jar of .deps/spark and that one, for sessions the tests pause in their own
+# process (`spark.jars_dir: .deps/spark-testing`).
 jvm_functions() {
   local stamp=.deps/spark/.cdc-functions.stamp want
   want=$(find jvm/pom.xml jvm/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1)

@@ -23,9 +23,12 @@ neither side's row moved since the read before (a change on its way moves one: t
 changes the key again); what is left when the time is up (at once with 0) is reported as diverged. Reading stops
 early when no key is left.
 
+Shards merged into one Silver table (`_cdc.source_table` = `merged`) are compared with the union of the source
+tables the config declares for it, each with the discriminator the job adds (`--conf` must be the job's); a column
+some of them lack is not compared, and named.
+
 PostgreSQL and MariaDB/MySQL sources (`jdbc:postgresql:`, `jdbc:mariadb:` URLs; both drivers are on the job's
-Spark class path); not yet SQL Server, nor shards merged into one table (`_cdc.source_table` = `merged`). Nothing
-is written, except the `--json` file.
+Spark class path); not yet SQL Server. Nothing is written, except the `--json` file.
 
 Exit status: 0 when every table compared equal, 1 when one differs, 2 when one cannot be compared (bad arguments,
 no such table, a source out of reach).
@@ -33,6 +36,7 @@ no such table, a source out of reach).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -64,8 +68,9 @@ from pyspark.sql.types import (  # noqa: E402
 )
 
 from app.cdc.columns import CDC_COLUMNS, SOFT_DELETE_COLUMNS, SOFT_DELETED_COL  # noqa: E402
-from app.config import JobConfig, load_config  # noqa: E402
+from app.config import DiscriminatorConfig, JobConfig, load_config  # noqa: E402
 from app.errors import ConfigError  # noqa: E402
+from app.routing.route import TableRoute, configured_topics, route_topic  # noqa: E402
 from app.sink.commit import last_committed  # noqa: E402
 from app.sink.hudi import recorded_record_key  # noqa: E402
 from app.spark import build_session  # noqa: E402
@@ -356,17 +361,30 @@ def _jdbc(spark: SparkSession, login: SourceLogin, query: str, **options: str) -
             .options(**options).load())
 
 
-@dataclass
-class Comparison:
-    """One Silver table and its source table, as compared: the login, the source table, the record key, the
-    columns compared with their Silver types and the SQL reading each from the source."""
+@dataclass(frozen=True)
+class SourceRead:
+    """One source table read for a Silver table (several for shards merged into one): its login and name, the SQL
+    of each compared column, and the discriminator column the job adds to its rows with a constant, if any."""
 
     login: SourceLogin
     schema: str
     table: str
+    expressions: dict[str, str]
+    constant: tuple[str, str] | None = None  # (column, value)
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass
+class Comparison:
+    """One Silver table and its source tables, as compared: each source read, the record key and the columns
+    compared with their Silver types."""
+
+    reads: list[SourceRead]
     key: list[str]
     compared: dict[str, DataType]
-    expressions: dict[str, str]
     path: str  # the Silver table's
     duplicates: int = 0  # Silver keys held by more than one row, at the latest read
 
@@ -392,22 +410,33 @@ class Comparison:
         return found, *rows
 
     def read_source(self, spark: SparkSession, partitions: int) -> DataFrame:
-        """The compared columns as `source_expression`'s SQL gives them, in `partitions` reads of the first key
-        column when that is a number."""
-        quote = dialect_of(self.login.url).quote
-        select = ", ".join(f"{expression} as {quote(name)}" for name, expression in self.expressions.items())
-        source, first = f"{quote(self.schema)}.{quote(self.table)}", quote(self.key[0])
+        """Every source table's rows, the compared columns as the SQL of each gives them (a constant
+        discriminator added as the job adds it)."""
+        frames = [self._read(spark, read, partitions) for read in self.reads]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
+
+    def _read(self, spark: SparkSession, read: SourceRead, partitions: int) -> DataFrame:
+        """One source table, in `partitions` reads of the first key column when that is a number."""
+        quote = dialect_of(read.login.url).quote
+        select = ", ".join(f"{expression} as {quote(name)}" for name, expression in read.expressions.items())
+        source, first = f"{quote(read.schema)}.{quote(read.table)}", quote(self.key[0])
         query = f"select {select} from {source}"
-        options: dict[str, str] = {"fetchsize": "10000", **dialect_of(self.login.url).options}
-        if partitions > 1 and isinstance(self.compared[self.key[0]], IntegralType):
-            bounds = _jdbc(spark, self.login, f"select min({first}) as lo, max({first}) as hi from {source}")
+        options: dict[str, str] = {"fetchsize": "10000", **dialect_of(read.login.url).options}
+        if partitions > 1 and isinstance(self.compared[self.key[0]], IntegralType) and self.key[0] in read.expressions:
+            bounds = _jdbc(spark, read.login, f"select min({first}) as lo, max({first}) as hi from {source}")
             lo, hi = bounds.first() or (None, None)
             if lo is not None and hi is not None and hi > lo:
                 # the key's own value, besides its text form, to split the reads on
                 query = f"select {select}, {first} as _verify_part from {source}"
                 options.update(partitionColumn="_verify_part", lowerBound=str(lo), upperBound=str(int(hi) + 1),
                                numPartitions=str(partitions))
-        return _jdbc(spark, self.login, query, **options).drop("_verify_part")
+        df = _jdbc(spark, read.login, query, **options).drop("_verify_part")
+        if read.constant is not None:
+            df = df.withColumn(read.constant[0], F.lit(read.constant[1]))
+        return df.select(*[F.col(f"`{c}`") for c in self.compared])
 
 
 def silver_frame(spark: SparkSession, path: str) -> DataFrame:
@@ -428,11 +457,32 @@ class Settling:
     interval_s: float = 5.0
 
 
+@dataclass(frozen=True)
+class SourceTable:
+    """One source table of a Silver table as its database's catalog has it, and the constant discriminator the job
+    adds to its rows (shards merged into one table), if any."""
+
+    label: str
+    login: SourceLogin
+    schema: str
+    table: str
+    columns: dict[str, SourceColumn]
+    constant: tuple[str, str] | None = None  # (column, value)
+
+    @property
+    def name(self) -> str:
+        return f"{self.label}:{self.schema}.{self.table}"
+
+    def provides(self, column: str) -> bool:
+        return column in self.columns or (self.constant is not None and self.constant[0] == column)
+
+
 def plan_comparison(
-    spark: SparkSession, path: str, name: str, logins: dict[str, SourceLogin]
+    spark: SparkSession, path: str, name: str, logins: dict[str, SourceLogin], config: JobConfig | None = None
 ) -> tuple[Comparison, TableReport]:
-    """What is compared for one Silver table, from its commits (the source table), its record key and both sides'
-    columns; the report so far (the columns on one side only, those not compared).
+    """What is compared for one Silver table, from its commits (the source table; for shards merged into one, the
+    config's declarations, `config`), its record key and both sides' columns; the report so far (the columns on one
+    side only, those not compared).
 
     Raises:
         VerifyError: the table cannot be compared; says why.
@@ -441,45 +491,89 @@ def plan_comparison(
     if committed is None or committed.source_table is None:
         raise VerifyError(f"{name}: its commits do not name the source table it holds (written before the job "
                           f"recorded `_cdc.source_table`, or no commit yet)")
-    label, _, source_key = committed.source_table.partition(":")
-    if committed.source_table == "merged" or not source_key:
-        raise VerifyError(f"{name}: shards merged into one table are not compared")
+    if committed.source_table == "merged":
+        shards = merged_shards(config, name) if config is not None else []
+        if not shards:
+            raise VerifyError(f"{name}: shards merged into one table, and the config declares none of them")
+        specs = [(r.source, r.source_key, r.discriminator) for r in shards]
+    else:
+        label, _, source_key = committed.source_table.partition(":")
+        specs = [(label, source_key, None)]
+    tables = [_source_table(spark, name, logins, spec) for spec in specs]
+    key = list(recorded_record_key(spark, path) or ())
+    silver_types = {f.name: f.dataType for f in silver_frame(spark, path).schema.fields}
+    report = TableReport(name, committed.source_table if len(tables) == 1 else
+                         "merged: " + ", ".join(t.name for t in tables))
+    report.only_in_source = list(dict.fromkeys(c for t in tables for c in t.columns if c not in silver_types))
+    report.only_in_silver = [c for c in silver_types if not any(t.provides(c) for t in tables)]
+    reads = _reads(tables, silver_types, report)
+    compared = [c for c in silver_types if any(t.provides(c) for t in tables) and c not in report.not_compared]
+    reads = [dataclasses.replace(r, expressions={c: e for c, e in r.expressions.items() if c in compared})
+             for r in reads]
+    if not key or any(k not in compared for k in key):
+        raise VerifyError(f"{name}: record key {key} not compared on both sides (columns compared: {compared})")
+    return Comparison(reads, key, {c: silver_types[c] for c in compared}, path), report
+
+
+def _reads(tables: list[SourceTable], silver_types: dict[str, DataType], report: TableReport) -> list[SourceRead]:
+    """Each source table's read of the Silver columns they all provide; a column some lack, or whose source type
+    this script does not rebuild, goes to the report's `not_compared`."""
+    for column in silver_types:
+        lacking = [t.name for t in tables if not t.provides(column)]
+        if lacking and len(lacking) < len(tables):
+            report.not_compared[column] = f"not in every merged table (none in {', '.join(lacking)})"
+    reads = []
+    for t in tables:
+        expressions: dict[str, str] = {}
+        for column in (c for c in t.columns if c in silver_types and c not in report.not_compared):
+            if t.constant is not None and column == t.constant[0]:
+                continue
+            expression = dialect_of(t.login.url).expression(t.columns[column], silver_types[column])
+            if expression is not None:
+                expressions[column] = expression
+                continue
+            what = f"{t.columns[column].type_name} as {silver_types[column].simpleString()}"
+            report.not_compared[column] = what if len(tables) == 1 else f"{what} ({t.name})"
+        reads.append(SourceRead(t.login, t.schema, t.table, expressions, t.constant))
+    return reads
+
+
+def _source_table(
+    spark: SparkSession, name: str, logins: dict[str, SourceLogin],
+    spec: tuple[str, str, DiscriminatorConfig | None],
+) -> SourceTable:
+    """One source table of a Silver table (its source's label, `<schema>.<table>` and discriminator), read from its
+    database's catalog."""
+    label, source_key, discriminator = spec
     if label not in logins:
         raise VerifyError(f"{name}: no login for source {label!r} (--source {label}=<jdbc url>, or its catalog)")
     parts = source_key.split(".")
     if len(parts) != 2:
         raise VerifyError(f"{name}: source table {source_key}: SQL Server's sources are not read yet")
-    report = TableReport(name, committed.source_table)
-    login, (schema, table) = logins[label], parts
-    dialect = dialect_of(login.url)
-    key = list(recorded_record_key(spark, path) or ())
-    silver_df = silver_frame(spark, path)
-    silver_types = {f.name: f.dataType for f in silver_df.schema.fields}
-    source_columns = {c.name: c for c in dialect.columns(spark, login, schema, table)}
-    if not source_columns:
-        raise VerifyError(f"{name}: source table {schema}.{table} not found at {login.url}")
-    report.only_in_source = [c for c in source_columns if c not in silver_types]
-    report.only_in_silver = [c for c in silver_types if c not in source_columns]
-    expressions: dict[str, str] = {}
-    for column in (c for c in source_columns if c in silver_types):
-        expression = dialect.expression(source_columns[column], silver_types[column])
-        if expression is None:
-            report.not_compared[column] = f"{source_columns[column].type_name} as {silver_types[column].simpleString()}"
-        else:
-            expressions[column] = expression
-    if not key or any(k not in expressions for k in key):
-        raise VerifyError(f"{name}: record key {key} not compared on both sides (columns compared: "
-                          f"{list(expressions)})")
-    compared = {c: silver_types[c] for c in expressions}
-    return Comparison(login, schema, table, key, compared, expressions, path), report
+    login = logins[label]
+    columns = {c.name: c for c in dialect_of(login.url).columns(spark, login, parts[0], parts[1])}
+    if not columns:
+        raise VerifyError(f"{name}: source table {source_key} not found at {login.url}")
+    constant = None
+    if discriminator is not None and discriminator.value is not None:
+        constant = (discriminator.column, discriminator.value)
+    return SourceTable(label, login, parts[0], parts[1], columns, constant)
+
+
+def merged_shards(config: JobConfig, name: str) -> list[TableRoute]:
+    """The source tables the config declares merged into Silver table `name` (<database>.<table>), as the job
+    routes them."""
+    routes = [route_topic(topic, config) for topic in configured_topics(config)]
+    return [r for r in routes if r.merged and r.qualified_name == name]
 
 
 def verify_table(
-    spark: SparkSession, path: str, name: str, logins: dict[str, SourceLogin], settling: Settling
+    spark: SparkSession, path: str, name: str, logins: dict[str, SourceLogin], settling: Settling, *,
+    config: JobConfig | None = None,
 ) -> TableReport:
     """Compare one table (module docstring); keys that differ are read again until they stop or time is up."""
     started = time.monotonic()
-    comparison, report = plan_comparison(spark, path, name, logins)
+    comparison, report = plan_comparison(spark, path, name, logins, config)
     differences, report.source_rows, report.silver_rows = comparison.differences(spark, settling.partitions)
     report.reads = 1
     deadline = time.monotonic() + settling.settle_s
@@ -582,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.table or sorted(paths):
         try:
             report = verify_table(spark, paths[name], name, logins,
-                                  Settling(args.partitions, args.settle_s, args.interval_s))
+                                  Settling(args.partitions, args.settle_s, args.interval_s), config=config)
         except VerifyError as e:
             report = TableReport(name, "", error=str(e))
         except Exception as e:  # a source out of reach, a JDBC error: named, the other tables go on

@@ -28,9 +28,12 @@ from tests.support.parallel import ModuleScheduling
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONF = ROOT / "conf" / "local.yaml"
-# The job's jars and jvm/'s io.cdclake.testing (the pause points inside Hudi), for job processes the tests pause
-# (`spark.jars_dir`; scripts/setup.sh jvm): the shipped jars hold none of the testing classes.
+# The job's jars and jvm/'s io.cdclake.testing (the pause points inside Hudi), for sessions the tests pause in
+# their own process (`spark.jars_dir`; scripts/setup.sh jvm): the shipped jars hold none of the testing classes.
 TESTING_JARS = ROOT / ".deps" / "spark-testing"
+# That jar alone, last on the class path of the job processes the tests start (tests/support/jobprocess.py): their
+# class path then begins as every other driver's, whose class-data sharing archive (devkit/cds.py) they map.
+TESTING_JAR = ROOT / ".deps" / "testing" / "cdc-testing.jar"
 RUN_ID = uuid.uuid4().hex[:8]
 TEST_DIR = ROOT / ".stack" / "tests" / RUN_ID
 

@@ -49,7 +49,7 @@ from app.config import DeadLetterConfig
 from app.sink.bronze import read_bronze
 from app.sink.lakefs import fs_and_path, list_files
 from app.sink.ledger import ledger_folders, read_ledger
-from tests.conftest import LOCAL_CONF, RUN_ID, TESTING_JARS
+from tests.conftest import LOCAL_CONF, RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, PG_DSN, KafkaRecord, debezium_connector, read_topic, wait_for_records
 from tests.support.jobprocess import Job, kill, wait
 from tests.support.pipeline import source_schema
@@ -180,7 +180,6 @@ def job_conf(
         f"{SCHEMA}.events": {"table_type": "MERGE_ON_READ", "compaction_delta_commits": 2}
     }
     raw["spark"]["conf"].update(spark_conf or {})
-    raw["spark"]["jars_dir"] = str(TESTING_JARS)  # the pause points inside Hudi (jvm/ io.cdclake.testing)
     path.write_text(yaml.safe_dump(raw))
     return path
 

@@ -42,6 +42,7 @@ from app.sink.commit import last_committed
 from app.state.status import read_status, status_path
 from app.wire.registry import RegistryClient
 from devkit.connect import PublicationModeError, check_publication_mode
+from scripts.verify import Settling, SourceLogin, verify_table
 from tests.conftest import RUN_ID
 from tests.support.cdc import (
     KAFKA_BOOTSTRAP,
@@ -365,6 +366,30 @@ def test_two_source_databases_with_overlapping_keys_merge_apart_by_a_discriminat
     positions = json.loads(committed.max_position)
     assert sorted(positions) == ["maria", "pg"], positions
     assert positions["pg"] != positions["maria"]
+    _verify_merged(spark, config, maria, len(expected))
+
+
+def _verify_merged(spark: SparkSession, config: JobConfig, maria: pymysql.Connection, rows: int) -> None:
+    """scripts/verify.py compares the merged table with both shards, each with its discriminator value; a change made
+    at one shard's source with no connector running shows as a difference of that shard's key only."""
+    logins = {"pg": SourceLogin("jdbc:postgresql://127.0.0.1:5432/source", "postgres", "postgres"),
+              "maria": SourceLogin("jdbc:mariadb://127.0.0.1:3306/", str(MARIADB_ROOT["user"]),
+                                   str(MARIADB_ROOT["password"]))}
+    name, path = f"{config.lake.database}.orders", config.lake.table_path("orders")
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")  # as the script's session has it
+    try:
+        report = verify_table(spark, path, name, logins, Settling(settle_s=0), config=config)
+        assert report.equal, report
+        assert report.source == f"merged: pg:{SHARD_PG}.orders, maria:{SHARD_MARIA}.orders"
+        assert (report.source_rows, report.silver_rows, report.not_compared) == (rows, rows, {})
+        with maria.cursor() as cur:
+            cur.execute(f"update {SHARD_MARIA}.orders set item = 'changed upstream' where id = 3")
+        report = verify_table(spark, path, name, logins, Settling(settle_s=0), config=config)
+        assert (report.missing, report.extra, report.differing, report.by_column) == (0, 0, 1, {"item": 1}), report
+        assert report.sample["differing"] == [{"id": 3, "source_db": "maria"}], report.sample
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone or "America/Los_Angeles")
 
 
 def _maria_rows(maria: pymysql.Connection) -> list[tuple[Any, ...]]:

@@ -35,7 +35,7 @@ from app.config import JobConfig, TableConfig
 from app.errors import required
 from app.sink.lakefs import list_files
 from app.sink.widening import table_column_types
-from tests.conftest import LOCAL_CONF, RUN_ID, TESTING_JARS
+from tests.conftest import LOCAL_CONF, RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP, debezium_connector, job_config_for, read_topic, wait_for_records
 from tests.support.jobprocess import Job, kill, wait
 from tests.support.pipeline import Pipeline, source_schema
@@ -72,7 +72,6 @@ def _conf(config: JobConfig, path: Path) -> Path:
     lake = config.lake
     raw["lake"].update({"database": lake.database, "silver_path": lake.silver_path, "bronze_path": lake.bronze_path,
                         "checkpoint_path": lake.checkpoint_path})
-    raw["spark"]["jars_dir"] = str(TESTING_JARS)  # the pause point inside Hudi (jvm/ io.cdclake.testing)
     path.write_text(yaml.safe_dump(raw))
     return path
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TESTING_JAR
 
 
 class Job:
@@ -29,7 +29,10 @@ class Job:
         self.started = time.monotonic()
         pauses = self.folder / f"pauses-{self.runs}"
         pauses.mkdir()
-        env = {**os.environ, "CDC_PAUSE_AT": points, "CDC_PAUSE_DIR": str(pauses), "CDC_PAUSE_TABLE": table}
+        env = {**os.environ, "CDC_PAUSE_AT": points, "CDC_PAUSE_DIR": str(pauses), "CDC_PAUSE_TABLE": table,
+               # the pause points inside Hudi (jvm/ io.cdclake.testing): Spark's launcher puts it last on the class
+               # path, after the config's `spark.jars_dir` and Spark's own jars
+               "SPARK_DIST_CLASSPATH": str(TESTING_JAR)}
         # The job with the pause points as its hooks (devkit/pauses.py).
         args = [sys.executable, "-m", "devkit.pauses", "--conf", str(conf or self.conf)]
         args += ["--available-now"] if available_now else []

@@ -22,7 +22,21 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from scripts.verify import KEY, RAW_PREFIX, SourceColumn, compare, hashed, maria_expression, source_expression
+from app.config import parse_config
+from scripts.verify import (
+    KEY,
+    RAW_PREFIX,
+    SourceColumn,
+    SourceLogin,
+    SourceTable,
+    TableReport,
+    _reads,
+    compare,
+    hashed,
+    maria_expression,
+    merged_shards,
+    source_expression,
+)
 
 
 def test_each_source_type_is_read_as_its_silver_type_or_named_not_compared() -> None:
@@ -114,3 +128,39 @@ def test_a_source_value_that_does_not_cast_differs_from_null(spark: SparkSession
     found = compare(hashed(source, ["id"], types), hashed(silver, ["id"], types), ["amount"])
     assert [(r[KEY], r["kind"], list(r["columns"])) for r in found.collect()] == [('{"id":"1"}', "differing",
                                                                                    ["amount"])]
+
+
+def test_a_merged_table_is_read_from_every_shard_the_config_declares_with_its_discriminator() -> None:
+    def shard(value: str) -> dict[str, object]:
+        return {"name": "orders", "discriminator": {"column": "region", "value": value}}
+
+    config = parse_config({
+        "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic_pattern": r".*"},
+        "registry": {"url": "http://127.0.0.1:8080"},
+        "lake": {"bronze_path": "/l/b", "silver_path": "/l/s", "checkpoint_path": "/l/c", "database": "shop"},
+        "sources": [
+            {"name": "eu", "topic_prefix": "eu", "connector": "postgresql", "tables": {"shop.orders": shard("eu")}},
+            {"name": "us", "topic_prefix": "us", "connector": "mariadb",
+             "tables": {"shop.orders": shard("us"), "shop.users": {}}},
+        ],
+    })
+    shards = merged_shards(config, "shop.orders")
+    assert [(r.source, r.source_key, r.discriminator and r.discriminator.value) for r in shards] == [
+        ("eu", "shop.orders", "eu"), ("us", "shop.orders", "us")]
+    assert merged_shards(config, "shop.shop_users") == []
+
+    pg, maria = SourceLogin("jdbc:postgresql://h/db", "u", ""), SourceLogin("jdbc:mariadb://h/", "u", "")
+    columns = {"id": SourceColumn("id", "int4", "N"), "note": SourceColumn("note", "text", "S"),
+               "span": SourceColumn("span", "interval", "T")}
+    tables = [SourceTable("eu", pg, "shop", "orders", columns, ("region", "eu")),
+              SourceTable("us", maria, "shop", "orders", {"id": SourceColumn("id", "int")}, ("region", "us"))]
+    silver: dict[str, DataType] = {"id": IntegerType(), "note": StringType(), "span": StringType(),
+                                   "region": StringType()}
+    report = TableReport("shop.orders", "merged")
+    reads = _reads(tables, silver, report)
+    # a column one shard lacks is named, not compared; the discriminator is the job's constant, never read
+    assert report.not_compared == {"note": "not in every merged table (none in us:shop.orders)",
+                                   "span": "not in every merged table (none in us:shop.orders)"}
+    assert [(r.table, list(r.expressions), r.constant) for r in reads] == [
+        ("orders", ["id"], ("region", "eu")), ("orders", ["id"], ("region", "us"))]
+    assert reads[1].expressions["id"] == "cast(`id` as char)"  # each shard in its own database's SQL
