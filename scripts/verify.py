@@ -372,10 +372,6 @@ class SourceRead:
     expressions: dict[str, str]
     constant: tuple[str, str] | None = None  # (column, value)
 
-    @property
-    def name(self) -> str:
-        return f"{self.schema}.{self.table}"
-
 
 @dataclass
 class Comparison:
