@@ -17,11 +17,15 @@ held by more than one row; columns on one side only (a source column Silver lack
 not compared (a source type whose Silver form this script does not rebuild yet: PostgreSQL interval, timetz,
 hstore, ranges, geometry; MariaDB time, geometry), each named. A soft-deleted row (`_cdc_deleted`) counts as absent.
 
-Under live writes a key can differ only because its change is on its way. `--settle-s` (default 60): while keys
-differ, both sides are read again every `--interval-s`, and a key stays only while it differs the same way with
-neither side's row moved since the read before (a change on its way moves one: the lake applies it, or the source
-changes the key again); what is left when the time is up (at once with 0) is reported as diverged. Reading stops
-early when no key is left.
+Under live writes a key can differ only because its change is on its way. While keys differ, both sides are read
+again, and a key stays only while it differs the same way with neither side's row moved since the read before (a
+change on its way moves one: the lake applies it, or the source changes the key again). When the source has been
+read, the Kafka end offsets of the table's topic partitions are noted (`--connector-lag-s` later, default 5: the
+connector's time to publish what was committed before the read); the next read waits until the job's checkpoint
+says the job has applied them. A key that still differs the same way then is diverged: the lake has had every
+change the source held at the first read. Without a checkpoint to tell (the job's `lake.checkpoint_path`), the
+reads are `--interval-s` apart. `--settle-s` (default 300) bounds the wait; what is left when the time is up (at
+once with 0) is reported as diverged, and the report says whether the lake had caught up (`caught_up`).
 
 Shards merged into one Silver table (`_cdc.source_table` = `merged`) are compared with the union of the source
 tables the config declares for it, each with the discriminator the job adds (`--conf` must be the job's); a column
@@ -74,7 +78,7 @@ from app.routing.route import TableRoute, configured_topics, route_topic  # noqa
 from app.sink.commit import last_committed  # noqa: E402
 from app.sink.hudi import recorded_record_key  # noqa: E402
 from app.spark import build_session  # noqa: E402
-from app.state.resume import silver_tables  # noqa: E402
+from app.state.resume import checkpoint_applied, kafka_end_offsets, silver_tables  # noqa: E402
 
 LOCAL_LOGINS = {"METASTORE_PASSWORD": "postgres", "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
 KEY = "_verify_key"
@@ -124,6 +128,9 @@ class TableReport:
     duplicates: int = 0  # Silver keys held by more than one row
     moved: int = 0  # keys that differed at a read and moved before the next (changes on their way): not reported
     reads: int = 0
+    # whether the last read came after the job applied what Kafka held at the read before (None: not known, the
+    # reads were time apart; not asked when the first read found nothing)
+    caught_up: bool | None = None
     seconds: float = 0.0
     error: str | None = None
 
@@ -373,6 +380,37 @@ class SourceRead:
     constant: tuple[str, str] | None = None  # (column, value)
 
 
+Offsets = dict[tuple[str, int], int]  # per (topic, partition)
+
+
+@dataclass(frozen=True)
+class LakeProgress:
+    """Whether the job has applied what Kafka held at a moment, for a table's topic partitions (those its commits
+    name): Kafka's end offsets then, against the newest batch the job's checkpoint records as committed."""
+
+    spark: SparkSession
+    config: JobConfig
+    partitions: list[tuple[str, int]]
+
+    def ends(self) -> Offsets:
+        return kafka_end_offsets(self.spark, self.config, self.partitions)
+
+    def applied(self, ends: Offsets) -> bool | None:
+        """None: the checkpoint has no committed batch (no job ran with this config's checkpoint)."""
+        applied = checkpoint_applied(self.spark, self.config.lake.checkpoint_path)
+        if applied is None:
+            return None
+        return all(applied.get(tp, 0) >= end for tp, end in ends.items())
+
+    def wait_applied(self, ends: Offsets, deadline: float, interval_s: float) -> bool | None:
+        """Until the job has applied `ends` (True), or the deadline passes first (False); None: not known."""
+        while True:
+            applied = self.applied(ends)
+            if applied is not False or time.monotonic() >= deadline:
+                return applied
+            time.sleep(max(0.0, min(interval_s, deadline - time.monotonic())))
+
+
 @dataclass
 class Comparison:
     """One Silver table and its source tables, as compared: each source read, the record key and the columns
@@ -382,10 +420,14 @@ class Comparison:
     key: list[str]
     compared: dict[str, DataType]
     path: str  # the Silver table's
+    topic_partitions: list[tuple[str, int]] = field(default_factory=list)  # those its commits applied offsets of
     duplicates: int = 0  # Silver keys held by more than one row, at the latest read
 
-    def differences(self, spark: SparkSession, partitions: int) -> tuple[DataFrame, int, int]:
-        """Both sides read now: the keys that differ (`compare`, persisted), the source's and Silver's rows."""
+    def differences(
+        self, spark: SparkSession, partitions: int, progress: LakeProgress | None = None, lag_s: float = 0.0
+    ) -> tuple[DataFrame, int, int, Offsets | None]:
+        """Both sides read now: the keys that differ (`compare`, persisted), the source's and Silver's rows, and
+        when keys differ and `progress` is given, Kafka's end offsets `lag_s` after the source was read."""
         source_df = self.read_source(spark, partitions)
         typed = source_df.select(
             *[F.col(f"`{c}`").alias(c) if isinstance(t, BinaryType) else F.col(f"`{c}`").cast(t).alias(c)
@@ -394,16 +436,21 @@ class Comparison:
               if not isinstance(t, BinaryType)],
         )
         left = hashed(typed, self.key, self.compared).persist()
+        source_rows = left.count()
+        read_at = time.monotonic()
         # read afresh each time: the files a frame listed may be cleaned by the job's later commits
         silver_df = silver_frame(spark, self.path)
         right = hashed(silver_df.select(*[F.col(f"`{c}`") for c in self.compared]), self.key, self.compared).persist()
-        rows = (left.count(), right.count())
+        silver_rows = right.count()
         self.duplicates = right.groupBy(KEY).count().filter("count > 1").count()
         found = compare(left, right, [c for c in self.compared if c not in self.key]).persist()
-        found.count()
+        ends = None
+        if found.count() and progress is not None:
+            time.sleep(max(0.0, read_at + lag_s - time.monotonic()))
+            ends = progress.ends()
         left.unpersist()
         right.unpersist()
-        return found, *rows
+        return found, source_rows, silver_rows, ends
 
     def read_source(self, spark: SparkSession, partitions: int) -> DataFrame:
         """Every source table's rows, the compared columns as the SQL of each gives them (a constant
@@ -449,8 +496,9 @@ def silver_frame(spark: SparkSession, path: str) -> DataFrame:
 @dataclass(frozen=True)
 class Settling:
     partitions: int = 4
-    settle_s: float = 60.0
+    settle_s: float = 300.0
     interval_s: float = 5.0
+    connector_lag_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -508,7 +556,7 @@ def plan_comparison(
              for r in reads]
     if not key or any(k not in compared for k in key):
         raise VerifyError(f"{name}: record key {key} not compared on both sides (columns compared: {compared})")
-    return Comparison(reads, key, {c: silver_types[c] for c in compared}, path), report
+    return Comparison(reads, key, {c: silver_types[c] for c in compared}, path, sorted(committed.last)), report
 
 
 def _reads(tables: list[SourceTable], silver_types: dict[str, DataType], report: TableReport) -> list[SourceRead]:
@@ -567,15 +615,26 @@ def verify_table(
     spark: SparkSession, path: str, name: str, logins: dict[str, SourceLogin], settling: Settling, *,
     config: JobConfig | None = None,
 ) -> TableReport:
-    """Compare one table (module docstring); keys that differ are read again until they stop or time is up."""
+    """Compare one table (module docstring); keys that differ are read again, after the job has applied what
+    Kafka held at the read before (`config`'s checkpoint; without it, `interval_s` apart), until the time is up."""
     started = time.monotonic()
     comparison, report = plan_comparison(spark, path, name, logins, config)
-    differences, report.source_rows, report.silver_rows = comparison.differences(spark, settling.partitions)
+    progress = None
+    if config is not None and settling.settle_s > 0:
+        progress = LakeProgress(spark, config, comparison.topic_partitions)
+    differences, report.source_rows, report.silver_rows, ends = comparison.differences(
+        spark, settling.partitions, progress, settling.connector_lag_s)
     report.reads = 1
     deadline = time.monotonic() + settling.settle_s
     while differences.limit(1).count() and time.monotonic() < deadline:
-        time.sleep(settling.interval_s)
-        again, report.source_rows, report.silver_rows = comparison.differences(spark, settling.partitions)
+        report.caught_up = None if progress is None or ends is None else progress.wait_applied(
+            ends, deadline, settling.interval_s)
+        if report.caught_up is False:
+            break  # the lake is behind: what differs is reported, and why it may (caught_up)
+        if report.caught_up is None:
+            time.sleep(settling.interval_s)
+        again, report.source_rows, report.silver_rows, ends = comparison.differences(
+            spark, settling.partitions, progress, settling.connector_lag_s)
         report.reads += 1
         # A key stays only while it differs the same way with neither side moved: a change on its way moves one
         # (the lake applies it, or the source changes the key again).
@@ -587,6 +646,8 @@ def verify_table(
         differences.unpersist()
         again.unpersist()
         differences = kept
+        if report.caught_up:
+            break  # read after the lake had every change the source held at the read before: what is left diverged
     report.duplicates = comparison.duplicates
     _summarize(differences, report)
     differences.unpersist()
@@ -638,9 +699,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--user", help="the source login (default: the catalog's, else postgres)")
     parser.add_argument("--password-env", help="the environment variable holding its password")
     parser.add_argument("--partitions", type=int, default=4, help="source reads per table (default 4)")
-    parser.add_argument("--settle-s", type=float, default=60.0,
-                        help="seconds to read differing keys again before reporting them (default 60)")
-    parser.add_argument("--interval-s", type=float, default=5.0, help="between those reads (default 5)")
+    parser.add_argument("--settle-s", type=float, default=300.0,
+                        help="at most this many seconds of reading differing keys again (default 300)")
+    parser.add_argument("--interval-s", type=float, default=5.0,
+                        help="between looks at the job's checkpoint, or between reads without one (default 5)")
+    parser.add_argument("--connector-lag-s", type=float, default=5.0,
+                        help="the connector's time to publish a committed change (default 5)")
     parser.add_argument("--json", help="write the report as JSON to this file")
     args = parser.parse_args(argv)
 
@@ -671,8 +735,8 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     for name in args.table or sorted(paths):
         try:
-            report = verify_table(spark, paths[name], name, logins,
-                                  Settling(args.partitions, args.settle_s, args.interval_s), config=config)
+            settling = Settling(args.partitions, args.settle_s, args.interval_s, args.connector_lag_s)
+            report = verify_table(spark, paths[name], name, logins, settling, config=config)
         except VerifyError as e:
             report = TableReport(name, "", error=str(e))
         except Exception as e:  # a source out of reach, a JDBC error: named, the other tables go on
@@ -686,6 +750,13 @@ def main(argv: list[str] | None = None) -> int:
     return 2 if any(r.error for r in reports) else 0 if document["equal"] else 1
 
 
+def _caught_up(r: TableReport) -> str:
+    if r.caught_up is None:
+        return ""
+    return ("; the last after the lake applied what Kafka held at the one before" if r.caught_up else
+            "; the lake had not applied what Kafka held at the last by the time limit")
+
+
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
@@ -697,7 +768,7 @@ def _line(r: TableReport) -> str:
     verdict = "equal" if r.equal else "DIFFERS"
     line = (f"{r.table} ({r.source}): {verdict}; rows {r.source_rows} in the source, {r.silver_rows} in Silver; "
             f"missing {r.missing}, extra {r.extra}, differing {r.differing}, keys held twice {r.duplicates}; "
-            f"{r.reads} read(s) ({r.moved} key(s) moved between them), {r.seconds} s")
+            f"{r.reads} read(s) ({r.moved} key(s) moved between them{_caught_up(r)}), {r.seconds} s")
     if r.by_column:
         line += "; by column: " + ", ".join(f"{c} {n}" for c, n in sorted(r.by_column.items()))
     for kind, keys in r.sample.items():

@@ -29,7 +29,7 @@ from app.config import JobConfig
 from app.errors import ResumeError
 from app.sink.commit import Committed, last_committed
 from app.sink.hudi import table_exists
-from app.sink.lakefs import fs_and_path
+from app.sink.lakefs import fs_and_path, read_text
 from app.spark import jvm_class
 
 log = logging.getLogger(__name__)
@@ -90,14 +90,19 @@ def starting_offsets_json(
     return json.dumps(offsets), from_earliest
 
 
-def kafka_partitions(spark: SparkSession, config: JobConfig) -> dict[str, list[int]]:
-    """The partitions of every topic the job subscribes to, from Kafka's admin API in the driver's JVM (with the
-    job's own Kafka options, so MSK IAM or SASL settings apply)."""
+def _kafka_admin(spark: SparkSession, config: JobConfig) -> Any:
+    """Kafka's admin client in the driver's JVM, with the job's own Kafka options (MSK IAM or SASL settings
+    apply); the caller closes it."""
     props = jvm_class(spark, "java.util.Properties")()
     props.setProperty("bootstrap.servers", config.kafka.bootstrap_servers)
     for key, value in config.kafka.options.items():
         props.setProperty(key, value)
-    admin: Any = jvm_class(spark, "org.apache.kafka.clients.admin.AdminClient").create(props)
+    return jvm_class(spark, "org.apache.kafka.clients.admin.AdminClient").create(props)
+
+
+def kafka_partitions(spark: SparkSession, config: JobConfig) -> dict[str, list[int]]:
+    """The partitions of every topic the job subscribes to, from Kafka's admin API."""
+    admin = _kafka_admin(spark, config)
     try:
         pattern = re.compile(config.kafka.topic_pattern)
         names = [str(n) for n in admin.listTopics().names().get() if pattern.fullmatch(str(n))]
@@ -109,6 +114,50 @@ def kafka_partitions(spark: SparkSession, config: JobConfig) -> dict[str, list[i
         }
     finally:
         admin.close()
+
+
+def kafka_end_offsets(
+    spark: SparkSession, config: JobConfig, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """Each partition's end offset now (the offset its next record will get), from Kafka's admin API."""
+    if not partitions:
+        return {}
+    admin = _kafka_admin(spark, config)
+    try:
+        topic_partition = jvm_class(spark, "org.apache.kafka.common.TopicPartition")
+        latest = jvm_class(spark, "org.apache.kafka.clients.admin.OffsetSpec").latest()
+        asked = jvm_class(spark, "java.util.HashMap")()
+        for topic, partition in partitions:
+            asked.put(topic_partition(topic, partition), latest)
+        answered = admin.listOffsets(asked).all().get()
+        return {(str(tp.topic()), int(tp.partition())): int(answered.get(tp).offset()) for tp in answered.keySet()}
+    finally:
+        admin.close()
+
+
+def checkpoint_applied(spark: SparkSession, checkpoint_path: str) -> dict[tuple[str, int], int] | None:
+    """The Kafka offsets the job has applied, as its checkpoint records them: the end offsets (exclusive) of the
+    newest batch in `commits/` (Spark writes a batch's commit file after the batch function returned, that is after
+    every table's commit); None when the checkpoint has no committed batch.
+
+    A batch's file in `offsets/` is `v1`, the batch's metadata, then each source's offsets as JSON; the job's one
+    source is Kafka's, {"<topic>": {"<partition>": <end offset>}}.
+    """
+    root = checkpoint_path.rstrip("/")
+    fs, path = fs_and_path(spark, f"{root}/commits")
+    if not fs.exists(path):
+        return None
+    batches = [int(s.getPath().getName()) for s in fs.listStatus(path) if s.getPath().getName().isdigit()]
+    if not batches:
+        return None
+    lines = read_text(spark, f"{root}/offsets/{max(batches)}").splitlines()
+    applied: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        offsets = json.loads(line) if line.strip().startswith("{") else {}
+        for topic, parts in offsets.items():
+            if isinstance(parts, dict):
+                applied.update({(topic, int(p)): int(o) for p, o in parts.items()})
+    return applied
 
 
 def resume_offsets(

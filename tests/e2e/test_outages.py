@@ -53,6 +53,7 @@ from tests.support.cdc import CONNECT_URL, PG_DSN, debezium_connector, job_confi
 from tests.support.jobprocess import Job, kill
 from tests.support.pipeline import source_schema
 from tests.support.tcp_proxy import FaultProxy
+from tests.support.waiting import LakeWatch
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -223,7 +224,9 @@ def _differences(spark: SparkSession, setup: Setup) -> list[str]:
 def _wait_equal(spark: SparkSession, setup: Setup, what: str, timeout_s: float = CATCH_UP_S) -> float:
     """Seconds until both tables equal PostgreSQL."""
     started = time.monotonic()
-    while (found := _differences(spark, setup)):
+    watch = LakeWatch(spark, *(setup.config.lake.table_path(f"{SCHEMA}_{t}") for t in ("items", "orders")))
+    found: list[str] = []
+    while not watch.changed() or (found := _differences(spark, setup)):
         if setup.process.poll() is not None:
             raise AssertionError(f"the job ended ({setup.process.returncode}) before {what}:\n"
                                  + "\n".join(setup.job.log_lines()[-40:]))

@@ -54,6 +54,7 @@ from tests.support.cdc import (
     read_topic,
 )
 from tests.support.pipeline import Pipeline, source_schema
+from tests.support.waiting import LakeWatch
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -112,6 +113,9 @@ class Run:
 
     def silver(self, spark: SparkSession) -> Any:
         return spark.read.format("hudi").load(self.config.lake.table_path(f"{self.schema}_payment"))
+
+    def watch(self, spark: SparkSession) -> LakeWatch:
+        return LakeWatch(spark, self.config.lake.table_path(f"{self.schema}_payment"))
 
 
 def _config(base: JobConfig, prefix: str, schema: str, lake: str, max_offsets: int | None) -> JobConfig:
@@ -194,7 +198,8 @@ def test_a_partitioned_table_lands_as_one_table_equal_to_its_parent(
         pipeline = Pipeline.of(spark, run.config)
         pipeline.run()
         deadline = time.monotonic() + 60
-        while not _equal(spark, run) and time.monotonic() < deadline:  # Debezium may still be catching up
+        watch = run.watch(spark)
+        while not (watch.changed() and _equal(spark, run)) and time.monotonic() < deadline:  # Debezium catching up
             time.sleep(3)
             pipeline.run()
         batches = pipeline.processor.history
@@ -242,7 +247,8 @@ def test_a_partitioned_table_lands_as_one_table_equal_to_its_parent(
             conn.execute(f"insert into {schema}.debezium_signal values (%s, 'execute-snapshot', %s)",
                          (f"attach-{RUN_ID}", json.dumps(signal)))
             deadline = time.monotonic() + 120
-            while not {301, 306} <= {r["id"] for r in run.silver(spark).select("id").collect()}:
+            watch = run.watch(spark)
+            while not (watch.changed() and {301, 306} <= {r["id"] for r in run.silver(spark).select("id").collect()}):
                 assert time.monotonic() < deadline, "the incremental snapshot's rows never arrived"
                 query.processAllAvailable()
                 time.sleep(2)
@@ -259,9 +265,10 @@ def _settle(query: Any, run: Run, spark: SparkSession, done: Callable[[], bool] 
     """Until Silver equals the source (or `done` holds) or 90 s pass (Debezium first has to see the changes);
     then whatever Kafka holds by then is applied too."""
     deadline = time.monotonic() + 90
+    watch = run.watch(spark)
     while True:
         query.processAllAvailable()
-        if (done() if done is not None else _equal(spark, run)) or time.monotonic() > deadline:
+        if (watch.changed() and (done() if done is not None else _equal(spark, run))) or time.monotonic() > deadline:
             query.processAllAvailable()
             return
         time.sleep(2)

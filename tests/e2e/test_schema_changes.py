@@ -43,6 +43,7 @@ from tests.support.cdc import (
 )
 from tests.support.metastore import metastore_column_types
 from tests.support.pipeline import differences
+from tests.support.waiting import LakeWatch
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -218,10 +219,12 @@ def running(
         conn.close()
 
 
-def _until(what: str, done: Callable[[], bool], job: Running) -> float:
-    """Seconds until `done()`; fails after TIMEOUT_S or when the query stopped."""
+def _until(what: str, done: Callable[[], bool], job: Running, *, reads_silver: bool = True) -> float:
+    """Seconds until `done()`; fails after TIMEOUT_S or when the query stopped. A `done` that reads Silver is
+    called when its timeline moved (`LakeWatch`), not every second."""
     started = time.monotonic()
-    while not done():
+    watch = LakeWatch(job.spark, job.config.lake.table_path(job.silver_name("items"))) if reads_silver else None
+    while not ((watch is None or watch.changed()) and done()):
         assert job.query.isActive, f"the query stopped: {job.query.exception()}"
         assert time.monotonic() - started < TIMEOUT_S, (
             f"{job.source.kind}, {what}: not done after {TIMEOUT_S} s; {job.differences[:10]}")
@@ -283,7 +286,8 @@ def _change(job: Running, name: str, *, dml: str, column: str, catalog_type: str
     lake_s = _until(f"{name}: lake equal", lambda: _items_equal(job), job)
     table = job.silver_name("items")
     _until(f"{name}: catalog {column} {catalog_type}",
-           lambda: metastore_column_types(job.config.lake.database, table).get(column) == catalog_type, job)
+           lambda: metastore_column_types(job.config.lake.database, table).get(column) == catalog_type, job,
+           reads_silver=False)
     job.timings[name] = (lake_s, time.monotonic() - started)
 
 
@@ -307,7 +311,8 @@ def test_columns_added_with_defaults_read_as_the_source_has_them(running: Runnin
     lake_s = _until("function defaults: lake equal", lambda: _items_equal(running), running)
     table = running.silver_name("items")
     _until("function defaults: catalog",
-           lambda: {"d", "t"} <= set(metastore_column_types(running.config.lake.database, table)), running)
+           lambda: {"d", "t"} <= set(metastore_column_types(running.config.lake.database, table)), running,
+           reads_silver=False)
     running.timings["add columns with function defaults (+ incremental snapshot)"] = (
         lake_s, time.monotonic() - started)
 
@@ -319,7 +324,8 @@ def test_columns_added_with_defaults_read_as_the_source_has_them(running: Runnin
     running.conn.execute("alter table {t}.items alter column n set default 7")
     running.conn.execute("update {t}.items set qty = 11 where id = 1")
     lake_s = _until("defaults: lake equal", lambda: _items_equal(running), running)
-    _until("defaults: catalog", lambda: "n" in metastore_column_types(running.config.lake.database, table), running)
+    _until("defaults: catalog", lambda: "n" in metastore_column_types(running.config.lake.database, table), running,
+           reads_silver=False)
     running.timings["add column with a default changed twice (+ incremental snapshot)"] = (
         lake_s, time.monotonic() - started)
 
@@ -409,7 +415,8 @@ def test_a_change_hudi_cannot_apply_quarantines_that_table_only(running: Running
     running.conn.execute(running.source.ddl["text -> int"])
     running.conn.execute("update {t}.codes set code = 33 where id = 1")
     table = f"{running.config.lake.database}.{running.silver_name('codes')}"
-    _until("text -> int: quarantined", lambda: table in running.processor.quarantine.tables, running)
+    _until("text -> int: quarantined", lambda: table in running.processor.quarantine.tables, running,
+           reads_silver=False)
     running.conn.execute("update {t}.items set qty = 8 where id = 1")
     _until("items still flowing", lambda: _items_equal(running), running)
 

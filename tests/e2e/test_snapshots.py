@@ -42,6 +42,7 @@ from tests.support.cdc import (
 )
 from tests.support.jobprocess import Job, kill
 from tests.support.pipeline import source_schema
+from tests.support.waiting import LakeWatch
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -177,7 +178,9 @@ def _differences(spark: SparkSession, setup: Setup) -> str:
 def _wait_equal(spark: SparkSession, setup: Setup, what: str) -> float:
     """Seconds until Silver equals PostgreSQL."""
     started = time.monotonic()
-    while found := _differences(spark, setup):
+    watch = LakeWatch(spark, setup.config.lake.table_path(f"{SCHEMA}_accounts"))
+    found = ""
+    while not watch.changed() or (found := _differences(spark, setup)):
         if setup.process.poll() is not None:
             raise AssertionError(f"the job ended ({setup.process.returncode}) before {what}:\n"
                                  + "\n".join(setup.job.log_lines()[-40:]))

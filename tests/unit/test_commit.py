@@ -13,7 +13,7 @@ from app.errors import ResumeError
 from app.main import parse_args
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed, parse_committed
 from app.sink.hudi import HudiTarget, write_silver
-from app.state.resume import resume_offsets, starting_offsets_json
+from app.state.resume import checkpoint_applied, resume_offsets, starting_offsets_json
 
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 
@@ -109,3 +109,20 @@ def test_tables_without_offsets_and_no_checkpoint_refuse_to_start(spark: SparkSe
     assert parse_args(command.split()[2:]).from_starting_offsets
     # That command reads from kafka.starting_offsets (Spark's startingOffsets option left as configured).
     assert resume_offsets(spark, config, "conf/prod.yaml", from_starting_offsets=True) is None
+
+
+def test_the_offsets_a_checkpoint_applied_are_those_of_its_newest_committed_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    assert checkpoint_applied(spark, str(checkpoint)) is None  # no checkpoint
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1764300000000,"conf":{}}'
+    for batch, offsets in enumerate(['{"a":{"0":10,"1":3}}', '{"a":{"0":12,"1":3},"b":{"0":7}}',
+                                     '{"a":{"0":20,"1":9},"b":{"0":8}}']):
+        (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{offsets}")
+    assert checkpoint_applied(spark, str(checkpoint)) is None  # planned, none committed
+    for batch in (0, 1):  # batch 2 planned, not committed (its commit file comes after every table's)
+        (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    assert checkpoint_applied(spark, str(checkpoint)) == {("a", 0): 12, ("a", 1): 3, ("b", 0): 7}
