@@ -49,7 +49,7 @@ WEIGHT_S: dict[str, float] = {
     "tests/e2e/test_status.py": 60,
     "tests/e2e/test_startup_checks.py": 60,
     "tests/test_creation.py": 51,
-    "tests/e2e/test_image.py": 44,
+    "tests/e2e/test_image.py": 370,  # builds its image (debootstrap, podman) in its set-up
     "tests/e2e/test_sources.py": 42,
 }
 PER_TEST = {"tests/e2e/test_crash.py"}
