@@ -27,12 +27,20 @@ def is_object_store(path: str) -> bool:
     return path.startswith(OBJECT_STORE_SCHEMES)
 
 
-# Hudi's required session settings (Hudi quick start for Spark 3.5).
+# Hudi's required session settings (Hudi quick start for Spark 3.5) for its datasource, which is all the job uses.
 HUDI_CONF = {
     "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+    "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
+}
+# Hudi's SQL extension and catalog: its SQL syntax (MERGE INTO, CALL, `timestamp as of`, hudi_table_changes), for
+# sessions that take SQL from a user (scripts/query.py). The job's session goes without: the extension's analyzer
+# rule (HoodieAnalysis.AdaptIngestionTargetLogicalRelations) walks the whole plan at every analysis of every
+# DataFrame step, and a batch's decode plans are deep: measured, more than half of the analyzer's time in a batch
+# (docs/performance.md). Without the Hudi catalog, a Hudi table of the catalog resolves through its `hudi` provider
+# to Hudi's datasource, as `spark.read.format("hudi")` does.
+HUDI_SQL_CONF = {
     "spark.sql.extensions": "org.apache.spark.sql.hudi.HoodieSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.hudi.catalog.HoodieCatalog",
-    "spark.kryo.registrator": "org.apache.spark.HoodieSparkKryoRegistrar",
 }
 
 # Settings the lake's correctness depends on, not tuning (docs/type-mappings.md "Column types"):
@@ -106,9 +114,10 @@ SCHEDULING_CONF = {"spark.scheduler.mode": "FAIR"}
 SAX_DRIVER = ("org.xml.sax.driver", "com.sun.org.apache.xerces.internal.parsers.SAXParser")  # the JDK's own
 
 
-def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None) -> dict[str, str]:
-    """Every Spark setting the job's session gets, in the order later entries override earlier ones."""
-    conf: dict[str, str] = {**HUDI_CONF, **LAKE_CONF, **SCHEDULING_CONF}
+def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False) -> dict[str, str]:
+    """Every Spark setting the job's session gets, in the order later entries override earlier ones; `hudi_sql`:
+    with Hudi's SQL extension and catalog (`HUDI_SQL_CONF`)."""
+    conf: dict[str, str] = {**HUDI_CONF, **(HUDI_SQL_CONF if hudi_sql else {}), **LAKE_CONF, **SCHEDULING_CONF}
     if spark.jars_dir:
         jars = jar_paths(spark.jars_dir)
         # On the driver's system classpath, set before the JVM starts (pyspark launches it with this conf): the
@@ -122,12 +131,15 @@ def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None) -> dict[
     return conf
 
 
-def build_session(app_name: str, spark: SparkConfig, metastore: MetastoreConfig | None) -> SparkSession:
-    """Create (or reuse) the process's SparkSession with Hudi, Kafka, Avro and the metastore configured."""
+def build_session(
+    app_name: str, spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False
+) -> SparkSession:
+    """Create (or reuse) the process's SparkSession with Hudi, Kafka, Avro and the metastore configured; `hudi_sql`:
+    with Hudi's SQL extension and catalog too (a session taking a user's SQL)."""
     builder = SparkSession.builder.appName(app_name)
     if spark.master:
         builder = builder.master(spark.master)
-    conf = session_conf(spark, metastore)
+    conf = session_conf(spark, metastore, hudi_sql=hudi_sql)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

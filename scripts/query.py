@@ -5,7 +5,8 @@
     .venv/bin/python scripts/query.py -e "select * from tickit.crm_users limit 5"
     .venv/bin/python scripts/query.py                       # a prompt: SQL ending in ';', empty line or 'exit' ends
 
-Tables are the catalog's (`<lake.database>.<table>`); Hudi's own options work too, e.g. time travel with
+Tables are the catalog's (`<lake.database>.<table>`); Hudi's own SQL works too (this session has Hudi's SQL
+extension, which the job's goes without: app/spark.py `HUDI_SQL_CONF`), e.g. time travel with
 `select * from hudi_table_changes(...)` or `select ... timestamp as of '<instant>'`. The metastore's password comes
 from its environment variable (`metastore.password_env`), as for the job; with the local stack, scripts/stack.sh up
 first. Nothing is written.
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"invalid config {args.conf}: {e}", file=sys.stderr)
         return 2
-    spark = build_session("cdc-query", config.spark, config.metastore)
+    spark = build_session("cdc-query", config.spark, config.metastore, hudi_sql=True)
     spark.sparkContext.setLogLevel("ERROR")
     statements = list(args.execute)
     interactive = not statements

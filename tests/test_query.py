@@ -6,7 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from pyspark.sql import SparkSession
 
+from app.sink.hudi import completed_instants
 from tests.conftest import LOCAL_CONF, ROOT
 
 pytestmark = [pytest.mark.stack]
@@ -27,3 +29,25 @@ def test_query_shows_results_and_names_an_sql_error(stack: None) -> None:
 
     bad = _query("select * from no_such_database.no_such_table")
     assert bad.returncode == 1 and "error:" in bad.stderr and "no_such" in bad.stderr
+
+
+def test_query_takes_hudi_sql(spark: SparkSession, lake_root: str, stack: None) -> None:
+    """query.py's session has Hudi's SQL extension (the job's has not, app/spark.py `HUDI_SQL_CONF`): its table
+    functions work there."""
+    path = f"{lake_root}/query_hudi"
+    options = {
+        "hoodie.table.name": "query_hudi",
+        "hoodie.datasource.write.recordkey.field": "id",
+        "hoodie.datasource.write.precombine.field": "lsn",
+        "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+        "hoodie.datasource.write.partitionpath.field": "",
+        "hoodie.metadata.enable": "false",
+    }
+    for rows in ([(1, "one", 10)], [(1, "uno", 20), (2, "two", 20)]):
+        spark.createDataFrame(rows, "id int, name string, lsn long").write.format("hudi").options(**options) \
+            .mode("append").save(path)
+    first = completed_instants(spark, path)[0]
+
+    out = _query(f"select id, name from hudi_table_changes('{path}', 'latest_state', '{first}') order by id")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "uno" in out.stdout and "two" in out.stdout and "one" not in out.stdout, out.stdout
