@@ -51,6 +51,7 @@ from devkit.connect import heartbeat_config, heartbeat_table_ddl
 from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
 from tests.support.cdc import CONNECT_URL, PG_DSN, debezium_connector, job_config_for, wait_for_records
 from tests.support.jobprocess import Job, kill
+from tests.support.metastore import metastore_partitions
 from tests.support.pipeline import source_schema
 from tests.support.tcp_proxy import FaultProxy
 from tests.support.waiting import LakeWatch
@@ -523,16 +524,14 @@ def test_the_metastore_cut_off_during_meta_sync(spark: SparkSession, setup: Setu
     # The catalog caught up too: the new partition, and the rows through the catalog's table.
     started = time.monotonic()
     while True:
-        spark.catalog.refreshTable(f"{DATABASE}.{SCHEMA}_orders")
         # The metastore's own partitions (SHOW PARTITIONS of a Hudi table needs Hudi's SQL extension, which the
         # job's session, and this one, go without: app/spark.py).
-        external = spark._jsparkSession.sharedState().externalCatalog()
-        names = external.listPartitionNames(DATABASE, f"{SCHEMA}_orders", spark._jvm.scala.Option.empty())  # type: ignore[union-attr]
-        partitions = {str(names.apply(i)) for i in range(names.size())}
+        partitions = metastore_partitions(DATABASE, f"{SCHEMA}_orders")
         if "region=r9" in partitions:
             break
         assert time.monotonic() - started < CATCH_UP_S, partitions
         time.sleep(2)
+    spark.catalog.refreshTable(f"{DATABASE}.{SCHEMA}_orders")
     count = spark.sql(f"select count(*) from {DATABASE}.{SCHEMA}_orders").first()
     assert count is not None and count[0] == len(_source(setup, "orders")[1])
     print(f"\ncatch-up after the metastore outage: {catch_up:.1f} s (lake), "
