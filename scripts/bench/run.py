@@ -29,9 +29,10 @@ Scenarios (`--scenario`, repeatable; default all but soak):
   widen     a column widened upstream (a decimal's size) in a table of `--widen-rows` rows, per layout: the rewrite
             with the new type (app/sink/widening.py, once per change) against the baseline, an upsert of `--batch`
             keys into the same table (every batch); ratio rewrite / upsert.
-  job-runs  the demo's job run: `app/main.py --available-now` over the topics on a fresh lake, this checkout
-            against the code at `--baseline-ref` (a git worktree, the same config keys it knows), each its own
-            process; wall time and the machine's busy CPU.
+  job-runs  the demo's two job runs: `app/main.py --available-now` over the topics on a fresh lake, then a burst
+            of `--burst` changes in the demo's databases (as scripts/demo.py makes it) and a second run over it;
+            this checkout against the code at `--baseline-ref` (a git worktree, the same config keys it knows),
+            each run its own process; wall time and the machine's busy CPU of each run and of the two.
   soak      B3's soak, only when asked by name (it takes `--soak-minutes`, 30): the freshness workload on 3 tables;
             the p95 of its last 10 minutes within 20% of its first 10, and each table service (clean, archival;
             compaction on Merge-on-Read) seen at least twice on every table.
@@ -66,6 +67,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pymysql
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -622,8 +625,10 @@ def widen(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[lis
 
 def job_runs(spark: SparkSession, config_file: str, lake: str, args: argparse.Namespace
              ) -> tuple[list[Figure], dict[str, Any]]:
-    """`app/main.py --available-now` over the topics, here and at `--baseline-ref`, each run on a fresh lake and
-    catalog database (dropped at the end)."""
+    """The demo's two job runs, here and at `--baseline-ref`: `app/main.py --available-now` over the topics on a
+    fresh lake and catalog database, then (unless `--burst 0`) a burst of `--burst` changes in the demo's source
+    databases (scripts/tickit.py, as scripts/demo.py makes it) and each side's second run over it, on its lake.
+    Rounds alternate the sides' order; each round's lakes and databases are its own (dropped at the end)."""
     checkouts = {"head": ROOT}
     worktree = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline_ref],
@@ -631,49 +636,95 @@ def job_runs(spark: SparkSession, config_file: str, lake: str, args: argparse.Na
     checkouts["baseline"] = worktree
     raw_conf = yaml.safe_load(Path(config_file).read_text())
 
-    def side(name: str) -> Callable[[int], dict[str, float]]:
-        def run(n: int) -> dict[str, float]:
-            checkout = checkouts[name]
-            # The checkout's own conf/local.yaml (the keys its code knows), pointed at this run's lake and topics.
-            raw = yaml.safe_load((checkout / "conf/local.yaml").read_text())
-            root = f"{lake}/job-runs/{name}{n + 1}"
-            raw["kafka"]["topic_pattern"] = raw_conf["kafka"]["topic_pattern"]
-            raw["lake"].update({"database": f"bench_runs_{name}{n + 1}", "silver_path": f"{root}/silver",
-                                "bronze_path": f"{root}/bronze", "checkpoint_path": f"{root}/checkpoint"})
-            raw["spark"]["jars_dir"] = str(ROOT / ".deps/spark")
-            conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
-            conf.write_text(yaml.safe_dump(raw))
-            wall, busy = time.monotonic(), busy_cpu_s()
-            done = subprocess.run(
-                [sys.executable, "app/main.py", "--conf", str(conf), "--available-now"], cwd=checkout,
-                env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True, check=False,
-            )
-            figures = {"s": time.monotonic() - wall, "busy_cpu_s": busy_cpu_s() - busy}
-            conf.unlink()
-            if done.returncode:
-                sys.exit(f"job run ({name}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
-            return figures
-        return run
-
-    print(f"\njob runs: this checkout against {args.baseline_ref}, topics {raw_conf['kafka']['topic_pattern']!r}")
+    print(f"\njob runs: this checkout against {args.baseline_ref}, topics {raw_conf['kafka']['topic_pattern']!r}"
+          + (f", then a burst of {args.burst} changes" if args.burst else ""))
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        kind: {"head": [], "baseline": []} for kind in (("snapshot", "burst") if args.burst else ("snapshot",))}
+    confs: list[Path] = []
     try:
-        order = alternate(["head", "baseline"], args.runs)
-        results: dict[str, list[dict[str, float]]] = {"head": [], "baseline": []}
-        runners = {name: side(name) for name in results}
-        for n, name in enumerate(order):
-            results[name].append(runners[name](n))
-            print(f"  run {n}: {name:10s} " + "  ".join(f"{k}={v:.2f}" for k, v in results[name][-1].items()),
-                  flush=True)
+        for round_ in range(args.runs):
+            order = ["head", "baseline"] if round_ % 2 == 0 else ["baseline", "head"]
+            sides = {name: job_conf(checkouts[name], raw_conf, lake, f"{name}{round_ + 1}") for name in order}
+            confs += sides.values()
+            for kind in runs:
+                if kind == "burst":
+                    print(f"  burst: {demo_burst(config_file, args.burst)} changes", flush=True)
+                for name in order:
+                    runs[kind][name].append(job_run(name, checkouts[name], sides[name]))
+                    print(f"  round {round_ + 1} {kind:8s} {name:10s} "
+                          + "  ".join(f"{k}={v:.2f}" for k, v in runs[kind][name][-1].items()), flush=True)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
         shutil.rmtree(worktree, ignore_errors=True)
-        for n, name in enumerate(alternate(["head", "baseline"], args.runs)):
-            spark.sql(f"drop database if exists bench_runs_{name}{n + 1} cascade")
-    figures = medians("job-runs", "available-now run", results, {"s": "s", "busy_cpu_s": "CPU-s"})
-    speedup = statistics.median(r["s"] for r in results["baseline"]) / statistics.median(
-        r["s"] for r in results["head"])
-    figures.append(Figure("job-runs", "speed-up over the baseline", "head", "x", speedup, ()))
-    return figures, {"baseline_ref": args.baseline_ref}
+        for conf in confs:
+            conf.unlink(missing_ok=True)
+        for round_ in range(args.runs):
+            for name in checkouts:
+                spark.sql(f"drop database if exists bench_runs_{name}{round_ + 1} cascade")
+    return job_run_figures(runs), {"baseline_ref": args.baseline_ref, "burst": args.burst}
+
+
+def job_conf(checkout: Path, raw_conf: dict[str, Any], lake: str, name: str) -> Path:
+    """The checkout's own conf/local.yaml (the keys its code knows), pointed at the run's lake, catalog database
+    (`bench_runs_<name>`) and the bench config's topics."""
+    raw = yaml.safe_load((checkout / "conf/local.yaml").read_text())
+    root = f"{lake}/job-runs/{name}"
+    raw["kafka"]["topic_pattern"] = raw_conf["kafka"]["topic_pattern"]
+    raw["lake"].update({"database": f"bench_runs_{name}", "silver_path": f"{root}/silver",
+                        "bronze_path": f"{root}/bronze", "checkpoint_path": f"{root}/checkpoint"})
+    raw["spark"]["jars_dir"] = str(ROOT / ".deps/spark")
+    conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
+    conf.write_text(yaml.safe_dump(raw))
+    return conf
+
+
+def job_run(name: str, checkout: Path, conf: Path) -> dict[str, float]:
+    """One `app/main.py --available-now` of the checkout, a process of its own: wall and busy CPU seconds."""
+    wall, busy = time.monotonic(), busy_cpu_s()
+    done = subprocess.run(
+        [sys.executable, "app/main.py", "--conf", str(conf), "--available-now"], cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True, check=False,
+    )
+    if done.returncode:
+        sys.exit(f"job run ({name}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return {"s": time.monotonic() - wall, "busy_cpu_s": busy_cpu_s() - busy}
+
+
+def job_run_figures(runs: dict[str, dict[str, list[dict[str, float]]]]) -> list[Figure]:
+    """Medians of each kind of run (snapshot, burst) and side, the speed-ups, and those of the two runs together."""
+    figures: list[Figure] = []
+    for kind, results in runs.items():
+        label = "available-now run" if kind == "snapshot" else "burst run"
+        figures += medians("job-runs", label, results, {"s": "s", "busy_cpu_s": "CPU-s"})
+        speedup = statistics.median(r["s"] for r in results["baseline"]) / statistics.median(
+            r["s"] for r in results["head"])
+        figures.append(Figure("job-runs", f"{label}: speed-up over the baseline", "head", "x", speedup, ()))
+    if len(runs) == 2:  # the two runs together, per round
+        both = {name: [a["s"] + b["s"] for a, b in zip(runs["snapshot"][name], runs["burst"][name], strict=True)]
+                for name in ("head", "baseline")}
+        for name, values in both.items():
+            figures.append(Figure("job-runs", "both runs s", name, "s", statistics.median(values), tuple(values)))
+        figures.append(Figure("job-runs", "both runs: speed-up over the baseline", "head", "x",
+                              statistics.median(both["baseline"]) / statistics.median(both["head"]), ()))
+    return figures
+
+
+def demo_burst(config_file: str, changes: int) -> int:
+    """A burst of about `changes` row changes in the demo's source databases (scripts/demo.py's step 5), waited
+    for in Kafka; the number of rows changed."""
+    from scripts import demo, tickit  # noqa: PLC0415 - the demo's sources, only for this scenario
+
+    config = load_config(config_file)
+    password = os.environ.get("PGPASSWORD", "postgres")
+    with (psycopg.connect(demo.DSN.format(password=password), autocommit=True) as conn,
+          pymysql.connect(**demo.MARIADB, autocommit=True) as maria):
+        placement = tickit.Placement.reference(conn, maria)
+        before = demo.topic_counts(config)
+        done = tickit.burst(placement, seed=int(time.time()), n=changes)
+    # As scripts/demo.py counts them: an insert, update or delete one record, a primary-key change two.
+    demo.wait_for_topics(config, {t: before[t] + c["insert"] + c["update"] + c["delete"] + 2 * c["rekey"]
+                                  for t, c in done.items()})
+    return sum(sum(c.values()) for c in done.values())
 
 
 # --- report ----------------------------------------------------------------------------------------------------
@@ -755,6 +806,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="backlog: rows of each of its --backlog-tables tables (50,000: about 537,000 records)")
     parser.add_argument("--soak-minutes", type=float, default=30.0, help="soak: minutes of workload (30)")
     parser.add_argument("--baseline-ref", default="HEAD~1", help="job-runs: the git ref to compare with")
+    parser.add_argument("--burst", type=int, default=200,
+                        help="job-runs: changes in the burst before the second runs (200, as the demo; 0: no burst)")
     parser.add_argument("--out", default=str(ROOT / ".bench"), help="folder for results.json and results.md")
     parser.add_argument("--smoke", action="store_true",
                         help=f"tiny sizes, one run, no job-runs unless asked (CI: it must not rot): {SMOKE}")

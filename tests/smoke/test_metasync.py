@@ -1,6 +1,7 @@
 """Meta sync runs only when the catalog can be behind a table (app/sink/metasync.py), on the real metastore with the
 lake on the stack's S3: a table's first write in a run syncs, a write with the same columns does not, new columns
-do, a restarted run syncs again at its first write, and a table the run skips as committed is synced once."""
+do, a restarted run syncs at its first write only when the catalog lacks the table or a column of the batch, and a
+table the run skips as committed is synced once."""
 from __future__ import annotations
 
 import dataclasses
@@ -60,10 +61,20 @@ def test_a_table_is_synced_when_new_changed_or_first_written_by_a_run(spark: Spa
     assert "extra" in columns(spark, table)
     assert last_synced(spark, table) == completed_instants(spark, target.path)[-1]
 
-    restarted = MetaSync()  # a new run syncs each table at its first write
-    assert write(restarted, target, rows(spark, 4, extra=True), 4) == {}
-    assert last_synced(spark, table) == completed_instants(spark, target.path)[-1]
+    restarted = MetaSync()  # a new run: the catalog holds the table with these columns already
+    assert write(restarted, target, rows(spark, 4, extra=True), 4) == SYNC_OFF
     assert spark.table(f"{DATABASE}.{table}").filter("name = 'v4'").count() == 4
+
+    # A commit whose sync never ran (a crash between the two) added a column: the next run's first write syncs.
+    more = rows(spark, 5, extra=True).withColumn("more", F.lit("m"))
+    write_silver(more, target, 5, RUN_ID, SYNC_OFF)
+    assert "more" not in columns(spark, table)
+    assert write(MetaSync(), target, more, 6) == {}
+    assert "more" in columns(spark, table)
+    assert last_synced(spark, table) == completed_instants(spark, target.path)[-1]
+    spark.sql(f"drop table {DATABASE}.{table}")  # dropped by hand: the next run registers it again
+    assert write(MetaSync(), target, more, 7) == {}
+    assert spark.table(f"{DATABASE}.{table}").filter("name = 'v5'").count() == 4
 
     every = MetaSync(every_commit=True)
     assert every.write_options(target, rows(spark, 5, extra=True)) == {}
@@ -98,6 +109,27 @@ def test_a_committed_table_never_synced_is_synced_once_when_skipped(spark: Spark
     spark.sql(f"drop table {DATABASE}.{table}")
     sync.ensure(spark, target)  # synced by this run already: nothing to do
     assert not spark.catalog.tableExists(f"{DATABASE}.{table}")
-    # Its next write with the same columns syncs: this run never wrote them.
+    # Its next write with the same columns syncs: the catalog lacks the table.
     assert write(sync, dataclasses.replace(target), rows(spark, 2), 2) == {}
     assert spark.catalog.tableExists(f"{DATABASE}.{table}")
+    assert write(MetaSync(), target, rows(spark, 3), 3) == SYNC_OFF  # a new run: all three are current
+    spark.sql(f"drop table {DATABASE}.{table}_rt")
+    assert write(MetaSync(), target, rows(spark, 4), 4) == {}  # one of the three missing
+    assert spark.table(f"{DATABASE}.{table}_rt").filter("name = 'v4'").count() == 4
+
+
+def test_a_new_run_finds_every_type_current_in_the_catalog(spark: SparkSession, lake_root: str) -> None:
+    """The catalog's columns (as meta sync registers them from the table's Avro schema) compare equal to the
+    batch's for each type the job writes: a new run's first write needs no sync."""
+    table = f"types_{uuid.uuid4().hex[:6]}"
+    target = HudiTarget(DATABASE, table, f"{lake_root}/metasync/{table}", ("id",))
+    df = rows(spark, 1).select(
+        "*", F.lit(1.5).cast("decimal(12,2)").alias("amount"), F.current_timestamp().alias("at"),
+        F.current_date().alias("day"), F.lit(1.5).cast("double").alias("ratio"), F.lit(2.5).cast("float").alias("f"),
+        F.lit(7).cast("short").alias("small"), F.lit(True).alias("flag"), F.lit(b"\x00\x01").alias("raw"),
+        F.array(F.lit("a"), F.lit(None).cast("string")).alias("tags"),
+        F.struct(F.lit(1).alias("x"), F.lit("y").alias("y")).alias("point"),
+        F.create_map(F.lit("k"), F.lit(1)).alias("attrs"), F.lit(None).cast("string").alias("nothing"),
+    )
+    assert write(MetaSync(), target, df, 1) == {}
+    assert write(MetaSync(), target, df, 2) == SYNC_OFF, columns(spark, table)
