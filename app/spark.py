@@ -128,7 +128,26 @@ def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_
     if metastore is not None:
         conf.update(metastore_conf(metastore))
     conf.update(spark.conf)
+    java_options = driver_java_options(spark)
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
     return conf
+
+
+def class_archive_options(archive: str | Path) -> str:
+    """The JVM options that use a class-data sharing archive, its logging off: a JVM whose class path differs from
+    the archive's loads its classes as usual, and says nothing on its output."""
+    return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def driver_java_options(spark: SparkConfig) -> str:
+    """The driver JVM's options: `spark.conf`'s `spark.driver.extraJavaOptions`, then the class archive's when
+    `spark.class_archive` exists. Set before the JVM starts: pyspark launches it with the session's conf; under
+    spark-submit they go on its command line (scripts/submit.sh)."""
+    options = spark.conf.get("spark.driver.extraJavaOptions", "")
+    if spark.class_archive and Path(spark.class_archive).is_file():
+        options = f"{options} {class_archive_options(spark.class_archive)}".strip()
+    return options
 
 
 def build_session(
@@ -155,7 +174,10 @@ def build_session(
     system = jvm_class(session, "java.lang.System")
     if system.getProperty(SAX_DRIVER[0]) is None:
         system.setProperty(*SAX_DRIVER)
-    log.info("spark %s session up (master %s)", session.version, session.sparkContext.master)
+    arguments = jvm_class(session, "java.lang.management.ManagementFactory").getRuntimeMXBean().getInputArguments()
+    archives = [str(a).split("=", 1)[1] for a in arguments if str(a).startswith("-XX:SharedArchiveFile=")]
+    log.info("spark %s session up (master %s, %s)", session.version, session.sparkContext.master,
+             f"driver class archive {archives[-1]}" if archives else "no driver class archive")
     return session
 
 

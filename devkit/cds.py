@@ -1,4 +1,5 @@
-"""A class-data sharing archive for the tests' Spark drivers (scripts/setup.sh cds; scripts/test.sh uses it).
+"""A class-data sharing archive for the Spark drivers (scripts/setup.sh cds): the tests' (scripts/test.sh) and the
+job's on the local stack (conf/local.yaml's spark.class_archive, app/spark.py driver_java_options).
 
 Every test job, script and pytest worker starts a Spark driver JVM that loads and verifies some 20,000 classes of
 Spark, Hudi, Hadoop and the AWS SDK before its first batch. A dynamic CDS archive (JDK 17: `-XX:ArchiveClassesAtExit`
@@ -33,15 +34,11 @@ from pyspark.sql.avro.functions import from_avro, to_avro
 
 from app.config.model import SparkConfig
 from app.errors import required
-from app.spark import build_session
+from app.spark import build_session, class_archive_options
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-
-
-def use_options(archive: Path) -> str:
-    """The JVM options that use an archive (for JAVA_TOOL_OPTIONS or spark.driver.extraJavaOptions)."""
-    return f"-XX:SharedArchiveFile={archive} {QUIET}"
+use_options = class_archive_options  # for JAVA_TOOL_OPTIONS, or spark.class_archive's spark.driver.extraJavaOptions
 
 
 def stamp_of(jars_dir: Path) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine; idempotent, cheap when nothing changed.
-# usage: scripts/setup.sh [system] [jars] [python] [s3]     (no argument: all four)
+# usage: scripts/setup.sh [system] [jars] [python] [s3] [cds]     (no argument: all five)
 #   system  Debian packages: PostgreSQL 15 with PostGIS 3, MariaDB 10.11 server and client, a JDK 17, Maven, curl,
 #           python3-venv (Debian's own PostgreSQL and MariaDB services are stopped: the stack runs its own)
 #   jars    every JVM artifact in deps/jvm-artifacts.txt, from Maven Central into .deps/, and the project's
@@ -10,8 +10,8 @@
 # One part of jars on its own:
 #   jvm     the project's own JVM functions: jvm/, built by Maven into .deps/spark/cdc-functions.jar when jvm/
 #           changed (scripts/package.sh runs it: the EMR package ships that jar)
-# For the tests only (scripts/test.sh runs it, after the others):
-#   cds     a class-data sharing archive of the Spark drivers' classes, .deps/cds/spark.jsa (devkit/cds.py)
+#   cds     a class-data sharing archive of the Spark drivers' classes, .deps/cds/spark.jsa (devkit/cds.py), made
+#           again when a jar or the JVM changed: conf/local.yaml's spark.class_archive (a cold driver starts faster)
 # Runtime-only steps, for the container image (Dockerfile); never part of the default:
 #   build-system    Debian packages the jars step needs: a JDK 17, Maven, python3 (the image's builder stage)
 #   runtime-system  Debian packages the job needs to run: a JRE 17, python3 with venv (the image's final stage)
@@ -171,7 +171,7 @@ for line in cfg["options"]["install_requires"].splitlines():
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(system jars python s3)
+[ ${#steps[@]} -gt 0 ] || steps=(system jars python s3 cds)
 for s in "${steps[@]}"; do
   case $s in
     system) system ;;

@@ -18,14 +18,28 @@ for arg in "$@"; do
   case $arg in --conf=*) conf=${arg#--conf=} ;; *) [ "$prev" = --conf ] && conf=$arg ;; esac
   prev=$arg
 done
-memory=${DRIVER_MEMORY:-}
-if [ -z "$memory" ] && [ -f "$conf" ]; then
-  memory=$("$ROOT/.venv/bin/python" - "$conf" <<'PY' 2>/dev/null || true
-import sys, yaml
-raw = yaml.safe_load(open(sys.argv[1])) or {}
-print(((raw.get("spark") or {}).get("conf") or {}).get("spark.driver.memory", ""))
+# The driver JVM's options likewise: the config's spark.conf."spark.driver.extraJavaOptions", then its
+# spark.class_archive's when that file exists (app/spark.py driver_java_options).
+memory=${DRIVER_MEMORY:-} java_options=""
+if [ -f "$conf" ]; then
+  { read -r config_memory; read -r java_options; } < <(PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" - "$conf" <<'PY' 2>/dev/null || true
+import sys
+from pathlib import Path
+
+import yaml
+
+from app.config import SparkConfig
+from app.spark import driver_java_options
+
+raw = (yaml.safe_load(open(sys.argv[1])) or {}).get("spark") or {}
+conf = {str(k): str(v) for k, v in (raw.get("conf") or {}).items()}
+archive = raw.get("class_archive")
+print(conf.get("spark.driver.memory", ""))
+print(driver_java_options(SparkConfig(conf=conf, class_archive=archive and str(Path(archive).resolve()))))
 PY
-)
+) || true
+  memory=${memory:-${config_memory:-}}
 fi
-exec spark-submit --driver-memory "${memory:-3g}" --jars "$jars" --driver-class-path "$classpath" \
-  "$ROOT/app/main.py" "$@"
+launch=(--driver-memory "${memory:-3g}")
+[ -z "$java_options" ] || launch+=(--driver-java-options "$java_options")
+exec spark-submit "${launch[@]}" --jars "$jars" --driver-class-path "$classpath" "$ROOT/app/main.py" "$@"

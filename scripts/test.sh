@@ -16,7 +16,7 @@ case ${1:-} in
     exec .venv/bin/pytest -n "${TEST_WORKERS:-2}" -m "not stack" "$@" ;;
 esac
 start=$SECONDS
-scripts/setup.sh
+scripts/setup.sh system jars python s3  # the class archive (cds) below, while the stack starts
 echo "[test] ruff"; .venv/bin/ruff check app devkit scripts tests
 echo "[test] mypy"; .venv/bin/mypy
 # Services the developer already runs stay as they are; only those this script starts are stopped.

@@ -98,7 +98,8 @@ def _with_absolute_paths(config: JobConfig) -> JobConfig:
     metastore = config.metastore and replace(
         config.metastore, warehouse_path=_absolute(config.metastore.warehouse_path)
     )
-    spark = replace(config.spark, jars_dir=config.spark.jars_dir and _absolute(config.spark.jars_dir))
+    spark = replace(config.spark, jars_dir=config.spark.jars_dir and _absolute(config.spark.jars_dir),
+                    class_archive=config.spark.class_archive and _absolute(config.spark.class_archive))
     return replace(config, lake=lake, metastore=metastore, spark=spark)
 
 

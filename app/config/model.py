@@ -276,6 +276,11 @@ class SparkConfig:
     master: str | None = None
     # A folder whose jars join the session (the local stack's `.deps/spark`); unset on EMR.
     jars_dir: str | None = None
+    # A class-data sharing archive of the driver's classes (scripts/setup.sh makes `.deps/cds/spark.jsa` for the jars
+    # of jars_dir): the driver JVM maps Spark's, Hudi's and Hadoop's classes from it at start instead of loading and
+    # verifying them (docs/performance.md). Used when the file exists and the JVM's class path is the one it was
+    # made with; otherwise the JVM loads its classes as usual. Unset: none (EMR).
+    class_archive: str | None = None
     # Extra Spark settings, passed as they are.
     conf: dict[str, str] = field(default_factory=dict)
 

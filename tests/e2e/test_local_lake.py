@@ -68,6 +68,8 @@ def job_conf(folder: Path) -> Path:
     })
     raw["metastore"]["warehouse_path"] = str(folder / "warehouse")
     raw["spark"].pop("jars_dir")
+    # The class archive by its absolute path (the job runs in `folder`); submit.sh hands it to the driver JVM.
+    raw["spark"]["class_archive"] = str(ROOT / ".deps" / "cds" / "spark.jsa")
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -78,7 +80,9 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
     folder.mkdir()
     conf = job_conf(folder)
     log = folder / "job.log"
-    env = {**os.environ, "METASTORE_PASSWORD": PASSWORD}
+    tool_options = os.environ.get("JAVA_TOOL_OPTIONS", "").split()
+    env = {**os.environ, "METASTORE_PASSWORD": PASSWORD, "JAVA_TOOL_OPTIONS": " ".join(
+        o for o in tool_options if not o.startswith(("-XX:SharedArchiveFile=", "-Xlog:cds")))}
     with debezium_connector(f"ll-{RUN_ID}", PREFIX, [SCHEMA]):
         wait_for_records(f"{PREFIX}.{SCHEMA}.items", ROWS)
         with log.open("wb") as out:
@@ -89,6 +93,10 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
     lines = log.read_text(errors="replace").splitlines()
     assert done.returncode == 0, "\n".join(lines[-60:])
     assert any("query cdc-lakehouse finished" in line for line in lines), "\n".join(lines[-60:])
+    # The driver JVM was given the config's class archive (scripts/test.sh makes it) by submit.sh, not by the
+    # tests' JAVA_TOOL_OPTIONS, which went without it.
+    assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa" in line for line in lines), [
+        line for line in lines if "session up" in line]
     # No embedded Derby metastore was opened in the job's working directory.
     assert not (folder / "metastore_db").exists()
 
