@@ -134,10 +134,13 @@ def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_
     return conf
 
 
+CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # class-data sharing says nothing on the JVM's output
+
+
 def class_archive_options(archive: str | Path) -> str:
     """The JVM options that use a class-data sharing archive, its logging off: a JVM whose class path differs from
     the archive's loads its classes as usual, and says nothing on its output."""
-    return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    return f"-XX:SharedArchiveFile={archive} {CDS_QUIET}"
 
 
 def driver_java_options(spark: SparkConfig) -> str:

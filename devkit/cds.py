@@ -34,11 +34,9 @@ from pyspark.sql.avro.functions import from_avro, to_avro
 
 from app.config.model import SparkConfig
 from app.errors import required
-from app.spark import build_session, class_archive_options
+from app.spark import CDS_QUIET, build_session, class_archive_options
 
 ROOT = Path(__file__).resolve().parents[1]
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-use_options = class_archive_options  # for JAVA_TOOL_OPTIONS, or spark.class_archive's spark.driver.extraJavaOptions
 
 
 def stamp_of(jars_dir: Path) -> str:
@@ -132,7 +130,7 @@ def measure(jars_dir: Path, archive: Path, runs: int) -> None:
     """The workload's driver CPU with and without the archive, runs in alternating order."""
     figures: dict[str, list[float]] = {"without": [], "with": []}
     for _ in range(runs):
-        for name, options in (("without", QUIET), ("with", use_options(archive))):
+        for name, options in (("without", CDS_QUIET), ("with", class_archive_options(archive))):
             out = subprocess.run([sys.executable, "-m", "devkit.cds", "--jars-dir", str(jars_dir), "--run",
                                   options], check=True, cwd=ROOT, capture_output=True, text=True).stdout
             figures[name].append(float(out.strip().splitlines()[-1]))
@@ -152,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.dump or args.run is not None:
-        options = f"-XX:ArchiveClassesAtExit={args.dump} {QUIET}" if args.dump else args.run
+        options = f"-XX:ArchiveClassesAtExit={args.dump} {CDS_QUIET}" if args.dump else args.run
         print(workload(args.jars_dir, options), flush=True)
         os._exit(0)  # pyspark's exit handlers would talk to the driver JVM that has ended
     elif args.options:
-        print(use_options(args.out) if fresh(args.jars_dir, args.out) else "")
+        print(class_archive_options(args.out) if fresh(args.jars_dir, args.out) else "")
     elif args.measure:
         make(args.jars_dir, args.out)
         measure(args.jars_dir, args.out, args.measure)

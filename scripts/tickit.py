@@ -599,6 +599,13 @@ def _pick(rng: random.Random, candidates: Sequence[Any], k: int, exclude: set[An
     return rng.sample(pool, min(k, len(pool)))
 
 
+def burst_records(changes: dict[str, dict[str, int]]) -> dict[str, int]:
+    """The records a burst (`burst`'s result) adds to each table's topic when the connector flattens events with
+    the unwrap SMT in rewrite mode: an insert, update or delete one record (no tombstone), a primary-key change two
+    (a delete of the old key and a create of the new one)."""
+    return {t: c["insert"] + c["update"] + c["delete"] + 2 * c["rekey"] for t, c in changes.items()}
+
+
 def burst(target: Target, seed: int = 11, n: int = 100) -> dict[str, dict[str, int]]:
     """A burst of about `n` row changes over six tables, in one transaction per database.
 
