@@ -263,6 +263,7 @@ COMPARE: dict[str, tuple[str, str, list[str]]] = {
 }
 
 
+@pytest.mark.timeout(2400)  # 16 kills and restarts, each bounded (kill_once); about 13 min alone
 def test_kill_9_at_every_point_loses_and_duplicates_nothing(
     spark: SparkSession, pg_conn: psycopg.Connection, lake_root: str, test_dir: Path
 ) -> None:
@@ -321,6 +322,13 @@ def test_kill_9_at_every_point_loses_and_duplicates_nothing(
     assert not missed, f"named points never hit with their precondition: {missed}\n{report}"
 
 
+def not_reached(job: Job, point: str, seconds: int) -> AssertionError:
+    """A kill whose moment never came: the job stalled (or never got there), which fails the test at once, with the
+    job's last log lines, rather than after every later kill has waited as long."""
+    return AssertionError(f"run {job.runs}: {point} not reached in {seconds} s; the job's last lines:\n"
+                          + "\n".join(job.log_lines()[-40:]))
+
+
 def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.Random) -> Kill:
     armed = k.point if k.point in ("decode", "bronze_written", "dead_letters_written", "ledger_written",
                                    "between_tables", "hudi_commit", "tables_committed") else ""
@@ -329,8 +337,7 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
         if armed:
             reached_file = wait(lambda: job.pause_file(armed).exists(), process, 300, armed, job)
             if not reached_file:
-                k.landed = "not reached in 300 s"
-                return k
+                raise not_reached(job, armed, 300)
             reached = json.loads(job.pause_file(armed).read_text())
             state = in_flight(spark, silver)
             if armed == "ledger_written":
@@ -349,9 +356,10 @@ def kill_once(spark: SparkSession, job: Job, silver: str, k: Kill, rng: random.R
                 names = list_files(spark, timeline)
                 done = {n.split("_")[0] for n in names if "_" in n.split(".")[0]}
                 return [n for n in names if n.endswith(".compaction.inflight") and n.split(".")[0] not in done]
-            found = wait(compacting, process, 420, "a compaction", job)
+            if not wait(compacting, process, 420, "a compaction", job):
+                raise not_reached(job, "a compaction", 420)
             k.observed = {"in_flight": in_flight(spark, silver)}
-            k.landed = "hit" if found else "no compaction seen in 420 s"
+            k.landed = "hit"
         elif k.point in ("random_start", "random_first_batch"):
             # 8-40 s after the process started, as a user's kill would land; or 0-20 s after the first batch's
             # first table line, while the first batch writes (and creates) the other tables.
@@ -507,7 +515,7 @@ def test_kill_9_inside_table_creation_is_repaired_on_restart(
                     k.observed = {"reached": json.loads(job.pause_file(point).read_text())["path"], "state": state}
                     k.landed = "hit" if all(state[c] == v for c, v in expected.items()) else "precondition not observed"
                 else:
-                    k.landed = "not reached in 300 s"
+                    raise not_reached(job, point, 300)
             finally:
                 if process.poll() is None:
                     kill(process)
