@@ -157,7 +157,7 @@ def run(
     """
     # Which code and config this run has (a packaged run: the zip spark-submit fetched from --py-files).
     log.info("job code %s, config %s", Path(app.__file__).parent, conf_file)
-    spark = build_session("cdc-lakehouse", config.spark, config.metastore)
+    spark = build_session("cdc-lakehouse", config.spark, config.metastore, available_now=available_now)
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
     processor.metrics = metrics = JobMetrics(spark, config)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from py4j.java_gateway import JavaClass, java_import
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from app.config import MetastoreConfig, SparkConfig
@@ -114,9 +115,12 @@ SCHEDULING_CONF = {"spark.scheduler.mode": "FAIR"}
 SAX_DRIVER = ("org.xml.sax.driver", "com.sun.org.apache.xerces.internal.parsers.SAXParser")  # the JDK's own
 
 
-def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False) -> dict[str, str]:
+def session_conf(
+    spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False, available_now: bool = False
+) -> dict[str, str]:
     """Every Spark setting the job's session gets, in the order later entries override earlier ones; `hudi_sql`:
-    with Hudi's SQL extension and catalog (`HUDI_SQL_CONF`)."""
+    with Hudi's SQL extension and catalog (`HUDI_SQL_CONF`); `available_now`: the driver's options are those of an
+    `--available-now` run (`driver_java_options`)."""
     conf: dict[str, str] = {**HUDI_CONF, **(HUDI_SQL_CONF if hudi_sql else {}), **LAKE_CONF, **SCHEDULING_CONF}
     if spark.jars_dir:
         jars = jar_paths(spark.jars_dir)
@@ -128,7 +132,7 @@ def session_conf(spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_
     if metastore is not None:
         conf.update(metastore_conf(metastore))
     conf.update(spark.conf)
-    java_options = driver_java_options(spark)
+    java_options = driver_java_options(spark, available_now=available_now)
     if java_options:
         conf["spark.driver.extraJavaOptions"] = java_options
     return conf
@@ -143,25 +147,56 @@ def class_archive_options(archive: str | Path) -> str:
     return f"-XX:SharedArchiveFile={archive} {CDS_QUIET}"
 
 
-def driver_java_options(spark: SparkConfig) -> str:
+def driver_java_options(spark: SparkConfig, *, available_now: bool = False) -> str:
     """The driver JVM's options: `spark.conf`'s `spark.driver.extraJavaOptions`, then the class archive's when
-    `spark.class_archive` exists. Set before the JVM starts: pyspark launches it with the session's conf; under
-    spark-submit they go on its command line (scripts/submit.sh)."""
-    options = spark.conf.get("spark.driver.extraJavaOptions", "")
+    `spark.class_archive` exists, then for an `--available-now` run `spark.available_now_java_options`. Set before
+    the JVM starts: pyspark launches it with the session's conf; under spark-submit they go on its command line
+    (scripts/submit.sh)."""
+    options = [spark.conf.get("spark.driver.extraJavaOptions", "")]
     if spark.class_archive and Path(spark.class_archive).is_file():
-        options = f"{options} {class_archive_options(spark.class_archive)}".strip()
-    return options
+        options.append(class_archive_options(spark.class_archive))
+    if available_now and spark.available_now_java_options:
+        options.append(spark.available_now_java_options)
+    return " ".join(o for o in options if o)
+
+
+def jvm_summary(spark: SparkSession) -> str:
+    """The driver JVM's class archive, compilers and collector, as its session-up line names them (whichever of
+    the config, spark-submit's options and JAVA_TOOL_OPTIONS gave them)."""
+    management = jvm_class(spark, "java.lang.management.ManagementFactory")
+    arguments = [str(a) for a in management.getRuntimeMXBean().getInputArguments()]
+    archives = [a.split("=", 1)[1] for a in arguments if a.startswith("-XX:SharedArchiveFile=")]
+    diagnostic = management.getPlatformMXBean(
+        jvm_class(spark, "java.lang.Class").forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+
+    def flag(name: str) -> str:
+        try:
+            return str(diagnostic.getVMOption(name).getValue())
+        except Py4JJavaError:  # a flag this JVM does not have (a collector it was built without)
+            return ""
+
+    level = flag("TieredStopAtLevel")
+    if flag("TieredCompilation") == "false":
+        compilers = "C2 only"
+    else:
+        compilers = "C1 only" if level.isdigit() and int(level) < 4 else "C1 and C2"
+    collectors = [name for name in ("Serial", "Parallel", "G1", "Z", "Shenandoah") if flag(f"Use{name}GC") == "true"]
+    archive = f"driver class archive {archives[-1]}" if archives else "no driver class archive"
+    return f"{archive}, compilers {compilers}, collector {collectors[0] if collectors else 'unknown'}"
 
 
 def build_session(
-    app_name: str, spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False
+    app_name: str, spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False,
+    available_now: bool = False,
 ) -> SparkSession:
     """Create (or reuse) the process's SparkSession with Hudi, Kafka, Avro and the metastore configured; `hudi_sql`:
-    with Hudi's SQL extension and catalog too (a session taking a user's SQL)."""
+    with Hudi's SQL extension and catalog too (a session taking a user's SQL); `available_now`: for an
+    `--available-now` run (the driver's options, `driver_java_options`, when this starts the JVM)."""
     builder = SparkSession.builder.appName(app_name)
     if spark.master:
         builder = builder.master(spark.master)
-    conf = session_conf(spark, metastore, hudi_sql=hudi_sql)
+    conf = session_conf(spark, metastore, hudi_sql=hudi_sql, available_now=available_now)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -177,10 +212,7 @@ def build_session(
     system = jvm_class(session, "java.lang.System")
     if system.getProperty(SAX_DRIVER[0]) is None:
         system.setProperty(*SAX_DRIVER)
-    arguments = jvm_class(session, "java.lang.management.ManagementFactory").getRuntimeMXBean().getInputArguments()
-    archives = [str(a).split("=", 1)[1] for a in arguments if str(a).startswith("-XX:SharedArchiveFile=")]
-    log.info("spark %s session up (master %s, %s)", session.version, session.sparkContext.master,
-             f"driver class archive {archives[-1]}" if archives else "no driver class archive")
+    log.info("spark %s session up (master %s, %s)", session.version, session.sparkContext.master, jvm_summary(session))
     return session
 
 

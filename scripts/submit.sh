@@ -13,16 +13,21 @@ export PATH="$ROOT/.venv/bin:$PATH" PYSPARK_PYTHON="$ROOT/.venv/bin/python"
 export METASTORE_PASSWORD=${METASTORE_PASSWORD:-postgres}
 # The stack's S3 server takes any key; these only apply when no AWS credentials are set.
 export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}
-conf="" prev=""
+conf="" prev="" available_now=""
 for arg in "$@"; do
-  case $arg in --conf=*) conf=${arg#--conf=} ;; *) [ "$prev" = --conf ] && conf=$arg ;; esac
+  case $arg in
+    --conf=*) conf=${arg#--conf=} ;;
+    --available-now) available_now=1 ;;
+    *) [ "$prev" = --conf ] && conf=$arg ;;
+  esac
   prev=$arg
 done
 # The driver JVM's options likewise: the config's spark.conf."spark.driver.extraJavaOptions", then its
-# spark.class_archive's when that file exists (app/spark.py driver_java_options).
+# spark.class_archive's when that file exists, then for --available-now its spark.available_now_java_options
+# (app/spark.py driver_java_options).
 memory=${DRIVER_MEMORY:-} java_options=""
 if [ -f "$conf" ]; then
-  { read -r config_memory; read -r java_options; } < <(PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" - "$conf" <<'PY' 2>/dev/null || true
+  { read -r config_memory; read -r java_options; } < <(PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" - "$conf" "$available_now" <<'PY' 2>/dev/null || true
 import sys
 from pathlib import Path
 
@@ -34,8 +39,10 @@ from app.spark import driver_java_options
 raw = (yaml.safe_load(open(sys.argv[1])) or {}).get("spark") or {}
 conf = {str(k): str(v) for k, v in (raw.get("conf") or {}).items()}
 archive = raw.get("class_archive")
+spark = SparkConfig(conf=conf, class_archive=archive and str(Path(archive).resolve()),
+                    available_now_java_options=raw.get("available_now_java_options"))
 print(conf.get("spark.driver.memory", ""))
-print(driver_java_options(SparkConfig(conf=conf, class_archive=archive and str(Path(archive).resolve()))))
+print(driver_java_options(spark, available_now=bool(sys.argv[2])))
 PY
 ) || true
   memory=${memory:-${config_memory:-}}

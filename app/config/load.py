@@ -199,6 +199,22 @@ def _check_semantics(config: JobConfig) -> None:
     if config.dead_letters.unknown_schema_grace_s < 0:
         raise ConfigError("dead_letters.unknown_schema_grace_s", "must be >= 0")
     _check_recovery(config)
+    _check_collectors(config)
+
+
+_COLLECTOR = re.compile(r"-XX:\+Use(\w+)GC")
+
+
+def _check_collectors(config: JobConfig) -> None:
+    """An --available-now run's JVM options add to the driver's own: two collectors stop the JVM at its start."""
+    own = set(_COLLECTOR.findall(config.spark.conf.get("spark.driver.extraJavaOptions", "")))
+    added = set(_COLLECTOR.findall(config.spark.available_now_java_options or ""))
+    if own and added and own != added:
+        raise ConfigError(
+            "spark.available_now_java_options",
+            f"names the {', '.join(sorted(added))} collector, spark.driver.extraJavaOptions the "
+            f"{', '.join(sorted(own))} one: a JVM given two does not start",
+        )
 
 
 def _check_recovery(config: JobConfig) -> None:

@@ -70,6 +70,8 @@ def job_conf(folder: Path) -> Path:
     raw["spark"].pop("jars_dir")
     # The class archive by its absolute path (the job runs in `folder`); submit.sh hands it to the driver JVM.
     raw["spark"]["class_archive"] = str(ROOT / ".deps" / "cds" / "spark.jsa")
+    # And the options of an --available-now run (conf/local.yaml leaves them unset), which submit.sh passes too.
+    raw["spark"]["available_now_java_options"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -82,7 +84,8 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
     log = folder / "job.log"
     tool_options = os.environ.get("JAVA_TOOL_OPTIONS", "").split()
     env = {**os.environ, "METASTORE_PASSWORD": PASSWORD, "JAVA_TOOL_OPTIONS": " ".join(
-        o for o in tool_options if not o.startswith(("-XX:SharedArchiveFile=", "-Xlog:cds")))}
+        o for o in tool_options
+        if not o.startswith(("-XX:SharedArchiveFile=", "-Xlog:cds", "-XX:TieredStopAtLevel", "-XX:+UseSerialGC")))}
     with debezium_connector(f"ll-{RUN_ID}", PREFIX, [SCHEMA]):
         wait_for_records(f"{PREFIX}.{SCHEMA}.items", ROWS)
         with log.open("wb") as out:
@@ -93,10 +96,11 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
     lines = log.read_text(errors="replace").splitlines()
     assert done.returncode == 0, "\n".join(lines[-60:])
     assert any("query cdc-lakehouse finished" in line for line in lines), "\n".join(lines[-60:])
-    # The driver JVM was given the config's class archive (scripts/test.sh makes it) by submit.sh, not by the
-    # tests' JAVA_TOOL_OPTIONS, which went without it.
-    assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa" in line for line in lines), [
-        line for line in lines if "session up" in line]
+    # The driver JVM was given the config's class archive (scripts/test.sh makes it) and its --available-now
+    # options (C1 only, the serial collector) by submit.sh, not by the tests' JAVA_TOOL_OPTIONS, which went without
+    # them.
+    assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa, compilers C1 only, collector Serial" in line
+               for line in lines), [line for line in lines if "session up" in line]
     # No embedded Derby metastore was opened in the job's working directory.
     assert not (folder / "metastore_db").exists()
 
