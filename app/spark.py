@@ -164,8 +164,6 @@ def jvm_summary(spark: SparkSession) -> str:
     """The driver JVM's class archive, compilers and collector, as its session-up line names them (whichever of
     the config, spark-submit's options and JAVA_TOOL_OPTIONS gave them)."""
     management = jvm_class(spark, "java.lang.management.ManagementFactory")
-    arguments = [str(a) for a in management.getRuntimeMXBean().getInputArguments()]
-    archives = [a.split("=", 1)[1] for a in arguments if a.startswith("-XX:SharedArchiveFile=")]
     diagnostic = management.getPlatformMXBean(
         jvm_class(spark, "java.lang.Class").forName("com.sun.management.HotSpotDiagnosticMXBean")
     )
@@ -182,7 +180,8 @@ def jvm_summary(spark: SparkSession) -> str:
     else:
         compilers = "C1 only" if level.isdigit() and int(level) < 4 else "C1 and C2"
     collectors = [name for name in ("Serial", "Parallel", "G1", "Z", "Shenandoah") if flag(f"Use{name}GC") == "true"]
-    archive = f"driver class archive {archives[-1]}" if archives else "no driver class archive"
+    archive = flag("SharedArchiveFile")
+    archive = f"driver class archive {archive}" if archive else "no driver class archive"
     return f"{archive}, compilers {compilers}, collector {collectors[0] if collectors else 'unknown'}"
 
 

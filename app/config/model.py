@@ -282,8 +282,8 @@ class SparkConfig:
     # made with; otherwise the JVM loads its classes as usual. Unset: none (EMR).
     class_archive: str | None = None
     # Driver JVM options added for an `--available-now` run only, a process that ends once its backlog is written,
-    # where the JIT's warm-up is much of the run (conf/local.yaml: the C1 compiler only and the serial collector,
-    # docs/performance.md). A stream does not get them: the C2 compiler pays back within minutes. Their collector
+    # where the JIT's warm-up is much of the run (the C1 compiler only and the serial collector: the demo's runs
+    # faster, a large backlog slower, docs/performance.md). A stream does not get them: C2 pays back. Their collector
     # must be the one `spark.driver.extraJavaOptions` names, if any (a JVM given two refuses to start). Under
     # spark-submit the driver starts first: scripts/submit.sh passes them (an EMR step: --driver-java-options).
     # Unset: none.

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from app.config import SparkConfig, parse_config
 from app.errors import ConfigError
-from app.spark import class_archive_options, driver_java_options, jvm_summary, session_conf
+from app.spark import class_archive_options, driver_java_options, jvm_class, jvm_summary, session_conf
 from tests.conftest import LOCAL_CONF
 
 JIT = "-XX:TieredStopAtLevel=1"
@@ -61,7 +61,7 @@ def test_the_session_names_its_jvms_compilers_and_collector(spark: SparkSession)
     summary = jvm_summary(spark)
     assert re.fullmatch(r"(driver class archive \S+|no driver class archive), compilers (C1 only|C1 and C2|C2 only), "
                         r"collector (Serial|Parallel|G1|Z|Shenandoah)", summary), summary
-    arguments = [str(a) for a in spark.sparkContext._jvm.java.lang.management.ManagementFactory  # type: ignore
+    arguments = [str(a) for a in jvm_class(spark, "java.lang.management.ManagementFactory")
                  .getRuntimeMXBean().getInputArguments()]
     if "-XX:TieredStopAtLevel=1" in arguments:
         assert "compilers C1 only" in summary
