@@ -140,7 +140,20 @@ def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:
     spark = SparkSession.getActiveSession()
     if spark is not None:  # the last batches' Bronze ranges, registered before the end
         processor.bronze_table.register_pending(spark)
+        deliver_events(spark)
     log.info("query %s finished", query.name)
+
+
+def deliver_events(spark: SparkSession, timeout_s: float = 10.0) -> None:
+    """Wait until Spark's listener bus has handed on every event posted so far. Listeners run on the bus's own
+    thread, behind the query: without the wait, an `--available-now` run ends before its last batch's progress
+    reaches MetricsListener (that batch's metrics line never written, and the JVM logging a failed call into the
+    Python process that left)."""
+    try:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(int(timeout_s * 1000))
+    except Py4JError as e:  # a timeout: the line is lost, nothing else
+        log.warning("Spark's listener events not all delivered in %.0f s (the last batch's metrics line may be "
+                    "missing): %s", timeout_s, java_root_cause(e))
 
 
 def run(
@@ -161,7 +174,8 @@ def run(
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
     processor.metrics = metrics = JobMetrics(spark, config)
-    spark.streams.addListener(MetricsListener(metrics))
+    listener = MetricsListener(metrics)
+    spark.streams.addListener(listener)
     recovery = Recovery(config.recovery)
     watch = QueryWatch(processor)
     heartbeat = Heartbeat(config.recovery.heartbeat_s, lambda: watch.beat(spark))
@@ -189,6 +203,11 @@ def run(
                 time.sleep(wait.seconds)
     finally:
         heartbeat.stop()
+        # A later run in this process (tests, tools) has its own; the JVM never calls into a Python that left.
+        try:
+            spark.streams.removeListener(listener)
+        except Py4JError as e:  # the JVM gone with the failure being raised: that failure is the news
+            log.debug("metrics listener not removed: %s", e)
 
 
 class QueryWatch:

@@ -17,6 +17,7 @@ the job's log.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -101,6 +102,14 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
     # them.
     assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa, compilers C1 only, collector Serial" in line
                for line in lines), [line for line in lines if "session up" in line]
+    # Every batch's metrics line was written, the last one's too (its query's progress delivered before the process
+    # ended), and the JVM never called into a Python process that had left.
+    done_ids = {int(line.split("batch=")[1].split()[0]) for line in lines if "app.batch.processor: batch=" in line
+                and " done tables=" in line}
+    metric_ids = {json.loads(line.split(" metrics ", 1)[1])["batch_id"] for line in lines
+                  if "app.metrics: metrics {" in line}
+    assert done_ids and metric_ids == done_ids, (done_ids, metric_ids)
+    assert not [line for line in lines if "StreamingQueryListenerBus" in line], "\n".join(lines[-60:])
     # No embedded Derby metastore was opened in the job's working directory.
     assert not (folder / "metastore_db").exists()
 
