@@ -345,9 +345,13 @@ def run_consumer(command: list[str], *, sample_memory: bool = False) -> dict[str
         code = process.wait()
         sampler.stop.set()
     figures = {"s": time.monotonic() - wall, "busy_cpu_s": busy_cpu_s() - busy}
+    output = log_file.read_text(errors="replace")
     if code:
-        sys.exit(f"{' '.join(command[:3])} failed ({code}):\n" + log_file.read_text(errors="replace")[-3000:])
+        sys.exit(f"{' '.join(command[:3])} failed ({code}, its log {log_file}):\n" + output[-3000:])
     log_file.unlink()
+    for line in output.splitlines():  # where the job's time went: its batches' phases
+        if " done tables=" in line:
+            print("    " + line.split(" INFO ", 1)[-1], flush=True)
     if sample_memory:
         sampler.join(5)
         figures.update(sampler.peaks)
