@@ -149,9 +149,9 @@ def deliver_events(spark: SparkSession, timeout_s: float = 10.0) -> None:
     thread, behind the query: without the wait, an `--available-now` run ends before its last batch's progress
     reaches MetricsListener (that batch's metrics line never written, and the JVM logging a failed call into the
     Python process that left)."""
-    try:
+    try:  # LiveListenerBus.waitUntilEmpty is Spark's own (private[spark], public to py4j), as is listenerBus()
         spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(int(timeout_s * 1000))
-    except Py4JError as e:  # a timeout: the line is lost, nothing else
+    except Py4JError as e:  # a timeout, or a Spark without them: the line is lost, nothing else
         log.warning("Spark's listener events not all delivered in %.0f s (the last batch's metrics line may be "
                     "missing): %s", timeout_s, java_root_cause(e))
 
