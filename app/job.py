@@ -24,7 +24,7 @@ from app.hooks import Hooks
 from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, claim_routes, route_topic, skip_reason
-from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session
+from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session, jvm_times
 from app.state.layout import check_layouts, log_unmatched, unmatched_settings
 from app.state.metrics import JobMetrics, MetricsListener
 from app.state.preflight import check_services
@@ -142,6 +142,17 @@ def await_query(query: StreamingQuery, processor: BatchProcessor) -> None:
         processor.bronze_table.register_pending(spark)
         deliver_events(spark)
     log.info("query %s finished", query.name)
+    if spark is not None:
+        log_jvm_times(spark)
+
+
+def log_jvm_times(spark: SparkSession) -> None:
+    """The driver JVM's time so far (`JvmTimes`), at the end of a query: a short run's is mostly warm-up, the JIT
+    compilers' work above all (docs/performance.md "Where the time goes")."""
+    try:
+        log.info("driver JVM %s", jvm_times(spark))
+    except Py4JError as e:  # a JVM without these beans: the line only
+        log.debug("driver JVM times not read: %s", e)
 
 
 def deliver_events(spark: SparkSession, timeout_s: float = 10.0) -> None:

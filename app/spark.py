@@ -6,6 +6,8 @@ Local runs and tests take their jars from the folder scripts/fetch_jars.py fills
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +185,46 @@ def jvm_summary(spark: SparkSession) -> str:
     archive = flag("SharedArchiveFile")
     archive = f"driver class archive {archive}" if archive else "no driver class archive"
     return f"{archive}, compilers {compilers}, collector {collectors[0] if collectors else 'unknown'}"
+
+
+@dataclass(frozen=True)
+class JvmTimes:
+    """Where the driver JVM's time went since it started. `jit_s` is the time its JIT compilers spent compiling,
+    summed over their threads; `gc_s` the collectors' time, summed over collectors: elapsed times, not CPU (on 2
+    cores a compiler thread busy for the whole run takes half the machine). `cpu_s`: the process's CPU time, where
+    /proc has it (Linux), else None."""
+
+    up_s: float
+    cpu_s: float | None
+    jit_s: float
+    gc_s: float
+
+    def __str__(self) -> str:
+        cpu = f", CPU {self.cpu_s:.1f} s" if self.cpu_s is not None else ""
+        return (f"up {self.up_s:.1f} s{cpu}; JIT compilers busy {self.jit_s:.1f} s, garbage collection "
+                f"{self.gc_s:.1f} s")
+
+
+def jvm_times(spark: SparkSession) -> JvmTimes:
+    """The driver JVM's `JvmTimes` now, from java.lang.management (py4j cannot call the com.sun extensions' methods
+    on their internal classes, hence /proc for the CPU). In local mode the executors are that JVM too."""
+    management = jvm_class(spark, "java.lang.management.ManagementFactory")
+    compilation = management.getCompilationMXBean()  # None in a JVM without a JIT compiler (-Xint)
+    jit_ms = compilation.getTotalCompilationTime() if compilation is not None else 0
+    # -1: a collector that does not keep the figure
+    gc_ms = sum(max(bean.getCollectionTime(), 0) for bean in management.getGarbageCollectorMXBeans())
+    pid = jvm_class(spark, "java.lang.ProcessHandle").current().pid()
+    return JvmTimes(up_s=management.getRuntimeMXBean().getUptime() / 1000, cpu_s=process_cpu_s(pid),
+                    jit_s=jit_ms / 1000, gc_s=gc_ms / 1000)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User and system CPU seconds of process `pid` from /proc (None where there is none, or it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
 def build_session(

@@ -55,6 +55,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -691,7 +692,12 @@ def job_run(name: str, checkout: Path, conf: Path) -> dict[str, float]:
     )
     if done.returncode:
         sys.exit(f"job run ({name}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return {"s": time.monotonic() - wall, "busy_cpu_s": busy_cpu_s() - busy}
+    figures = {"s": time.monotonic() - wall, "busy_cpu_s": busy_cpu_s() - busy}
+    # The driver JVM's JIT time, from the job's last line (app/job.py log_jvm_times; older code has none).
+    jit = re.search(r"driver JVM up [\d.]+ s(?:, CPU [\d.]+ s)?; JIT compilers busy ([\d.]+) s", done.stderr)
+    if jit:
+        figures["jit_s"] = float(jit.group(1))
+    return figures
 
 
 def job_run_figures(runs: dict[str, dict[str, list[dict[str, float]]]]) -> list[Figure]:
@@ -700,6 +706,9 @@ def job_run_figures(runs: dict[str, dict[str, list[dict[str, float]]]]) -> list[
     for kind, results in runs.items():
         label = "available-now run" if kind == "snapshot" else "burst run"
         figures += medians("job-runs", label, results, {"s": "s", "busy_cpu_s": "CPU-s"})
+        for side, side_runs in results.items():  # the JIT's time, where every run of the side logged it
+            if side_runs and all("jit_s" in r for r in side_runs):
+                figures += medians("job-runs", label, {side: side_runs}, {"jit_s": "s"})
         speedup = statistics.median(r["s"] for r in results["baseline"]) / statistics.median(
             r["s"] for r in results["head"])
         figures.append(Figure("job-runs", f"{label}: speed-up over the baseline", "head", "x", speedup, ()))

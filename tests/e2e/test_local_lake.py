@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,9 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
     lines = log.read_text(errors="replace").splitlines()
     assert done.returncode == 0, "\n".join(lines[-60:])
     assert any("query cdc-lakehouse finished" in line for line in lines), "\n".join(lines[-60:])
+    # Where the driver JVM's time went, at the query's end (the CPU from /proc on this Linux machine).
+    assert any(re.search(r"app\.job: driver JVM up [\d.]+ s, CPU [\d.]+ s; JIT compilers busy [\d.]+ s", line)
+               for line in lines), "\n".join(lines[-20:])
     # The driver JVM was given the config's class archive (scripts/test.sh makes it) and its --available-now
     # options (C1 only, the serial collector) by submit.sh, not by the tests' JAVA_TOOL_OPTIONS, which went without
     # them.

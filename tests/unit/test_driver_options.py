@@ -1,7 +1,8 @@
 """The driver JVM's options (app/spark.py): the config's own, then its class archive's when that file exists, then
-an --available-now run's own; and the session-up line's account of the JVM."""
+an --available-now run's own; the session-up line's account of the JVM; and the JVM's times at a query's end."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -11,7 +12,15 @@ from pyspark.sql import SparkSession
 
 from app.config import SparkConfig, parse_config
 from app.errors import ConfigError
-from app.spark import class_archive_options, driver_java_options, jvm_class, jvm_summary, session_conf
+from app.spark import (
+    class_archive_options,
+    driver_java_options,
+    jvm_class,
+    jvm_summary,
+    jvm_times,
+    process_cpu_s,
+    session_conf,
+)
 from tests.conftest import LOCAL_CONF
 
 JIT = "-XX:TieredStopAtLevel=1"
@@ -67,3 +76,21 @@ def test_the_session_names_its_jvms_compilers_and_collector(spark: SparkSession)
         assert "compilers C1 only" in summary
     if "-XX:+UseSerialGC" in arguments:
         assert summary.endswith("collector Serial")
+
+
+def test_the_jvms_times_grow_with_its_work(spark: SparkSession) -> None:
+    before = jvm_times(spark)
+    spark.range(200_000).selectExpr("sum(id * 3) as s", "max(id % 7) as m").collect()
+    after = jvm_times(spark)
+    # The session's JVM has run for a while and compiled code; the JIT's time never falls, uptime always grows.
+    assert before.up_s > 0 and before.jit_s > 0 and before.gc_s >= 0
+    assert after.up_s > before.up_s and after.jit_s >= before.jit_s and after.gc_s >= before.gc_s
+    if Path("/proc/self/stat").exists():  # Linux: the process's CPU from /proc
+        assert before.cpu_s is not None and after.cpu_s is not None and after.cpu_s > before.cpu_s
+    assert re.fullmatch(r"up [\d.]+ s(, CPU [\d.]+ s)?; JIT compilers busy [\d.]+ s, garbage collection [\d.]+ s",
+                        str(after)), str(after)
+
+
+def test_a_gone_process_has_no_cpu_time() -> None:
+    assert process_cpu_s(2**22 + 12345) is None  # above Linux's largest pid
+    assert process_cpu_s(os.getpid()) is not None or not Path("/proc/self/stat").exists()
