@@ -213,9 +213,13 @@ def jvm_times(spark: SparkSession) -> JvmTimes:
     jit_ms = compilation.getTotalCompilationTime() if compilation is not None else 0
     # -1: a collector that does not keep the figure
     gc_ms = sum(max(bean.getCollectionTime(), 0) for bean in management.getGarbageCollectorMXBeans())
-    pid = jvm_class(spark, "java.lang.ProcessHandle").current().pid()
-    return JvmTimes(up_s=management.getRuntimeMXBean().getUptime() / 1000, cpu_s=process_cpu_s(pid),
+    return JvmTimes(up_s=management.getRuntimeMXBean().getUptime() / 1000, cpu_s=process_cpu_s(jvm_pid(spark)),
                     jit_s=jit_ms / 1000, gc_s=gc_ms / 1000)
+
+
+def jvm_pid(spark: SparkSession) -> int:
+    """The process id of the session's JVM (the driver's)."""
+    return int(jvm_class(spark, "java.lang.ProcessHandle").current().pid())
 
 
 def process_cpu_s(pid: int) -> float | None:

@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
 import statistics
 import sys
 import time
@@ -45,7 +44,8 @@ from pyspark.sql import functions as F  # noqa: E402
 from app.config import PartitionSpec, load_config  # noqa: E402
 from app.sink.hudi import HudiTarget, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
-from app.spark import build_session  # noqa: E402
+from app.spark import build_session, jvm_pid  # noqa: E402
+from scripts.bench.run import cpu_s  # noqa: E402
 
 SYNC_OFF = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 PRESETS: dict[str, dict[str, str]] = {
@@ -88,12 +88,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
         raise argparse.ArgumentTypeError(f"{name}: options must be a JSON object of strings")
     return name, options
-
-
-def jvm_cpu_s(pid: int) -> float:
-    """User + system CPU seconds the process has spent so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summary_line(name: str, first: tuple[float, float], later: list[tuple[float, float]],
@@ -167,7 +161,7 @@ def run_commits(
 ) -> dict[str, list[tuple[float, float]]]:
     """Each commit's rows once, then written into every table, the tables' order turning round each commit:
     (wall s, JVM CPU-s) per table and commit."""
-    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    pid = jvm_pid(spark)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
     names = list(targets)
     for commit in range(args.commits + 1):
@@ -175,9 +169,9 @@ def run_commits(
         df.count()
         shift = commit % len(names)
         for name in names[shift:] + names[:shift]:
-            wall, cpu = time.monotonic(), jvm_cpu_s(pid)
+            wall, cpu = time.monotonic(), cpu_s(pid)
             write_silver(df, targets[name], commit, run, options[name] or None)
-            results[name].append((time.monotonic() - wall, jvm_cpu_s(pid) - cpu))
+            results[name].append((time.monotonic() - wall, cpu_s(pid) - cpu))
             print(f"commit {commit:2d} {name:16s} {results[name][-1][0]:6.2f} s {results[name][-1][1]:6.2f} CPU-s",
                   flush=True)
         df.unpersist()

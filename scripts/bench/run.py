@@ -88,7 +88,7 @@ from app.sink.bronze import write_bronze  # noqa: E402
 from app.sink.hudi import HudiTarget, write_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
 from app.sink.widening import rewrite as rewrite_table  # noqa: E402
-from app.spark import build_session, session_conf  # noqa: E402
+from app.spark import build_session, jvm_pid, process_cpu_s, session_conf  # noqa: E402
 from app.wire.registry import RegistryClient  # noqa: E402
 from app.wire.source import subscribe_pattern  # noqa: E402
 from scripts.bench.freshness import SETTLE_S, Workload, freshness  # noqa: E402
@@ -117,9 +117,9 @@ class Figure:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds process `pid` has spent (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds process `pid` has spent (app/spark.py `process_cpu_s`: Linux /proc, which the
+    bench needs)."""
+    return required(process_cpu_s(pid), f"/proc/{pid}/stat, the CPU time of process {pid}")
 
 
 def busy_cpu_s() -> float:
@@ -739,10 +739,6 @@ def demo_burst(config_file: str, changes: int) -> int:
 
 
 # --- report ----------------------------------------------------------------------------------------------------
-
-def jvm_pid(spark: SparkSession) -> int:
-    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-
 
 def markdown(figures: list[Figure], details: dict[str, Any]) -> str:
     lines = ["| scenario | figure | side | median | runs |", "|---|---|---|---:|---|"]
