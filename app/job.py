@@ -24,7 +24,7 @@ from app.hooks import Hooks
 from app.recovery import Recovery, outage_of
 from app.routing.catalog import all_partition_roots
 from app.routing.route import TableRoute, claim_routes, route_topic, skip_reason
-from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session, jvm_times
+from app.spark import ABORTABLE_CHECKPOINT_MANAGER, build_session, jvm_started, jvm_times
 from app.state.layout import check_layouts, log_unmatched, unmatched_settings
 from app.state.metrics import JobMetrics, MetricsListener
 from app.state.preflight import check_services
@@ -32,7 +32,7 @@ from app.state.resume import kafka_partitions, resume_offsets
 from app.state.stale import log_stale, reroute_error, stale_tables, table_holder
 from app.state.status import Heartbeat, load_status, why, write_status
 from app.wire.registry import RegistryClient
-from app.wire.source import read_kafka
+from app.wire.source import UncountedError, read_kafka, retained_records
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,9 @@ def run(
     """
     # Which code and config this run has (a packaged run: the zip spark-submit fetched from --py-files).
     log.info("job code %s, config %s", Path(app.__file__).parent, conf_file)
-    spark = build_session("cdc-lakehouse", config.spark, config.metastore, available_now=available_now)
+    # Under spark-submit the driver is up before this runs: scripts/submit.sh chose its options.
+    spark = build_session("cdc-lakehouse", config.spark, config.metastore,
+                          available_now_options=not jvm_started() and available_now_options(config, available_now))
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
     processor.metrics = metrics = JobMetrics(spark, config)
@@ -219,6 +221,29 @@ def run(
             spark.streams.removeListener(listener)
         except Py4JError as e:  # the JVM gone with the failure being raised: that failure is the news
             log.debug("metrics listener not removed: %s", e)
+
+
+def available_now_options(config: JobConfig, available_now: bool) -> bool:
+    """Whether this run's driver JVM gets `spark.available_now_java_options`: an `--available-now` run's, when its
+    topics hold at most `spark.available_now_java_options_max_records` records (if set). The options trade a
+    backlog's speed for a short start (docs/performance.md): known before the JVM starts, the count is all the job
+    can go by. A count that fails gives the JVM's defaults, said in a line."""
+    spark = config.spark
+    if not available_now or not spark.available_now_java_options:
+        return False
+    limit = spark.available_now_java_options_max_records
+    if limit is None:
+        return True
+    try:
+        records = retained_records(config.kafka)
+    except UncountedError as e:
+        log.info("spark.available_now_java_options not used: the topics' records not counted (%s)", e)
+        return False
+    used = records <= limit
+    log.info("the topics hold %d records, %s spark.available_now_java_options_max_records (%d): driver options %s",
+             records, "within" if used else "over", limit,
+             spark.available_now_java_options if used else "the JVM's defaults")
+    return used
 
 
 class QueryWatch:

@@ -200,6 +200,12 @@ def _check_semantics(config: JobConfig) -> None:
         raise ConfigError("dead_letters.unknown_schema_grace_s", "must be >= 0")
     _check_recovery(config)
     _check_collectors(config)
+    limit = config.spark.available_now_java_options_max_records
+    if limit is not None and limit < 0:
+        raise ConfigError("spark.available_now_java_options_max_records", "must be >= 0")
+    if limit is not None and not config.spark.available_now_java_options:
+        raise ConfigError("spark.available_now_java_options_max_records",
+                          "limits spark.available_now_java_options, which is unset")
 
 
 _COLLECTOR = re.compile(r"-XX:\+Use(\w+)GC")

@@ -288,6 +288,11 @@ class SparkConfig:
     # spark-submit the driver starts first: scripts/submit.sh passes them (an EMR step: --driver-java-options).
     # Unset: none.
     available_now_java_options: str | None = None
+    # The `available_now_java_options` only for a run whose topics hold at most this many records, counted by a
+    # Kafka client before the JVM starts (app/wire/source.py `retained_records`: every record they retain, checkpoint
+    # or not, so an upper bound of the run's backlog; a count that fails, confluent-kafka missing say, gives none).
+    # A larger backlog keeps the JVM's defaults, which pay back over it. Unset: every `--available-now` run.
+    available_now_java_options_max_records: int | None = None
     # Extra Spark settings, passed as they are.
     conf: dict[str, str] = field(default_factory=dict)
 

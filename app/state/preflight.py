@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
 
 from py4j.protocol import Py4JError
@@ -58,20 +59,32 @@ BROKER_WORDS: Final = (
 
 def check_services(spark: SparkSession, config: JobConfig, registry: RegistryClient,
                    list_topics: Callable[[], T]) -> T:
-    """The checks of the module docstring, in that order; `list_topics` asks the broker (the start's own topic
-    listing, so the check costs no second round), and its answer is returned.
+    """The checks of the module docstring (the metastore's beside the others), the first that fails in that order
+    raised; `list_topics` asks the broker (the start's own topic listing, so the check costs no second round), and
+    its answer is returned.
 
     Raises:
         ConfigError: a setting is wrong; names its key.
         RegistryError, Py4JError, CapturedException: a service is out of reach (an outage: app/recovery.py).
     """
-    for key, path in (("lake.silver_path", config.lake.silver_path), ("lake.bronze_path", config.lake.bronze_path),
-                      ("lake.checkpoint_path", config.lake.checkpoint_path)):
-        _check_path(spark, key, path)
-    registry.check()
-    # The session's catalog: `metastore.*`, or the cluster's own (EMR: Hive's or Glue's client).
-    _checked(lambda: spark.catalog.databaseExists(config.lake.database), "the metastore", METASTORE_WORDS)
-    return _checked(list_topics, "the broker", BROKER_WORDS)
+    # The session's catalog: `metastore.*`, or the cluster's own (EMR: Hive's or Glue's client). Its check is the
+    # slowest, the catalog's client starting (seconds in a new JVM), so it runs beside the others; a failure is
+    # raised in the checks' order all the same.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="metastore-check") as pool:
+        metastore = pool.submit(_checked, lambda: spark.catalog.databaseExists(config.lake.database),
+                                "the metastore", METASTORE_WORDS)
+        for key, path in (("lake.silver_path", config.lake.silver_path),
+                          ("lake.bronze_path", config.lake.bronze_path),
+                          ("lake.checkpoint_path", config.lake.checkpoint_path)):
+            _check_path(spark, key, path)
+        registry.check()
+        try:
+            topics = _checked(list_topics, "the broker", BROKER_WORDS)
+        except (ConfigError, Py4JError, CapturedException):
+            metastore.result()
+            raise
+        metastore.result()
+        return topics
 
 
 def _check_path(spark: SparkSession, key: str, path: str) -> None:

@@ -1,6 +1,7 @@
 """Source: the Kafka topics of one Debezium connector, as a streaming DataFrame of raw records."""
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from pyspark.sql import DataFrame, SparkSession
@@ -62,3 +63,45 @@ def read_kafka(spark: SparkSession, kafka: KafkaConfig, starting_offsets: str | 
     for key, value in kafka.options.items():
         reader = reader.option(f"kafka.{key}", value)
     return reader.load()
+
+
+class UncountedError(Exception):
+    """The topics' records could not be counted before the JVM started (why in the message)."""
+
+
+def retained_records(kafka: KafkaConfig, timeout_s: float = 10.0) -> int:
+    """Every record the topics of `kafka.topic_pattern` hold (each partition's high watermark less its low, so
+    compacted-away and transaction-marker offsets count too), asked of the broker by a librdkafka client in this
+    Python process: what the job can know of its backlog before the driver's JVM starts. An upper bound of an
+    `--available-now` run's backlog (the records past the checkpoint are among them).
+
+    Raises:
+        UncountedError: confluent-kafka is not installed, `kafka.options` holds a setting librdkafka does not take
+            (a JVM client's `sasl.jaas.config`, MSK IAM's), or the broker did not answer in `timeout_s`.
+    """
+    try:
+        # Not a dependency of the job's package: only a run whose config asks for the count needs it
+        from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: PLC0415
+    except ImportError as e:
+        raise UncountedError(f"no Kafka client in this Python ({e}; pip install confluent-kafka)") from e
+    try:
+        consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "cdc-lakehouse-count",
+                             "enable.auto.commit": False, **kafka.options})
+    except KafkaException as e:
+        raise UncountedError(f"kafka.options not taken by librdkafka: {e}") from e
+    try:
+        pattern, total = re.compile(kafka.topic_pattern), 0
+        for name, topic in consumer.list_topics(timeout=timeout_s).topics.items():
+            if not pattern.fullmatch(name):
+                continue
+            for partition in topic.partitions:
+                marks = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=timeout_s,
+                                                       cached=False)
+                if marks is None:
+                    raise UncountedError(f"{name}[{partition}]: no watermarks in {timeout_s:.0f} s")
+                total += marks[1] - marks[0]
+        return total
+    except KafkaException as e:
+        raise UncountedError(f"the broker did not answer: {e}") from e
+    finally:
+        consumer.close()

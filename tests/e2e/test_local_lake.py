@@ -72,8 +72,9 @@ def job_conf(folder: Path) -> Path:
     raw["spark"].pop("jars_dir")
     # The class archive by its absolute path (the job runs in `folder`); submit.sh hands it to the driver JVM.
     raw["spark"]["class_archive"] = str(ROOT / ".deps" / "cds" / "spark.jsa")
-    # And the options of an --available-now run (conf/local.yaml leaves them unset), which submit.sh passes too.
-    raw["spark"]["available_now_java_options"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    # conf/local.yaml's options of an --available-now run, for topics holding few records: submit.sh counts them.
+    assert raw["spark"]["available_now_java_options"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    assert raw["spark"]["available_now_java_options_max_records"] >= ROWS
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -103,7 +104,10 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
                for line in lines), "\n".join(lines[-20:])
     # The driver JVM was given the config's class archive (scripts/test.sh makes it) and its --available-now
     # options (C1 only, the serial collector) by submit.sh, not by the tests' JAVA_TOOL_OPTIONS, which went without
-    # them.
+    # them: the test's topic holds its ROWS records, within the config's limit (the job counts them again, and says
+    # so).
+    assert any(f"app.job: the topics hold {ROWS} records, within spark.available_now_java_options_max_records"
+               in line for line in lines), [line for line in lines if "app.job" in line][:5]
     assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa, compilers C1 only, collector Serial" in line
                for line in lines), [line for line in lines if "session up" in line]
     # Every batch's metrics line was written, the last one's too (its query's progress delivered before the process

@@ -72,15 +72,20 @@ def test_a_broker_address_that_resolves_nowhere_names_it(spark: SparkSession, co
 
 
 def test_a_wrong_metastore_database_exits_2_naming_it(config: JobConfig, tmp_path: Path) -> None:
-    """The job's own command line, its own session on a metastore database that does not exist."""
+    """The job's own command line, its own session on a metastore database that does not exist. Its broker
+    resolves nowhere either: the metastore's check runs beside the others, and its failure is still the one
+    said, as the checks' order has it."""
     raw = yaml.safe_load(LOCAL_CONF.read_text())
     raw["metastore"]["jdbc_url"] = f"jdbc:postgresql://127.0.0.1:5432/no_such_metastore_{RUN_ID}"
+    raw["kafka"]["bootstrap_servers"] = f"no-such-broker-{RUN_ID}.invalid:9092"
     lake = config.lake
     raw["lake"].update({"database": lake.database, "silver_path": lake.silver_path, "bronze_path": lake.bronze_path,
                         "checkpoint_path": lake.checkpoint_path})
     conf = tmp_path / "job.yaml"
     conf.write_text(yaml.safe_dump(raw))
-    run = subprocess.run([sys.executable, "app/main.py", "--conf", str(conf), "--available-now"], check=False,
+    # A stream: an --available-now run would first try to count the broker's records (conf/local.yaml's limit).
+    run = subprocess.run([sys.executable, "app/main.py", "--conf", str(conf)], check=False,
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2, run.stderr[-3000:]
     assert "config key 'metastore.jdbc_url': the metastore's database does not exist" in run.stderr, run.stderr[-3000:]
+    assert "kafka.bootstrap_servers" not in run.stderr, run.stderr[-3000:]

@@ -1,17 +1,24 @@
 """The driver JVM's options (app/spark.py): the config's own, then its class archive's when that file exists, then
-an --available-now run's own; the session-up line's account of the JVM; and the JVM's times at a query's end."""
+an --available-now run's own, given only while the topics' records are within their limit (app/job.py
+`available_now_options`, counted in Kafka before the JVM starts); the session-up line's account of the JVM; and the
+JVM's times at a query's end."""
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from app.config import SparkConfig, parse_config
+from app.config import JobConfig, KafkaConfig, SparkConfig, parse_config
 from app.errors import ConfigError
+from app.job import available_now_options
 from app.spark import (
     class_archive_options,
     driver_java_options,
@@ -21,9 +28,12 @@ from app.spark import (
     process_cpu_s,
     session_conf,
 )
-from tests.conftest import LOCAL_CONF
+from app.wire.source import UncountedError, retained_records
+from tests.conftest import LOCAL_CONF, RUN_ID
+from tests.support.cdc import KAFKA_BOOTSTRAP
 
 JIT = "-XX:TieredStopAtLevel=1"
+QUICK = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def test_the_class_archive_follows_the_configs_own_options(tmp_path: Path) -> None:
@@ -48,10 +58,10 @@ def test_an_available_now_run_adds_its_options_last(tmp_path: Path) -> None:
     quick = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     spark = SparkConfig(class_archive=str(archive), available_now_java_options=quick,
                         conf={"spark.driver.extraJavaOptions": "-Dx=1"})
-    assert driver_java_options(spark, available_now=True) == f"-Dx=1 {class_archive_options(archive)} {quick}"
+    assert driver_java_options(spark, available_now_options=True) == f"-Dx=1 {class_archive_options(archive)} {quick}"
     assert driver_java_options(spark) == f"-Dx=1 {class_archive_options(archive)}"  # a stream: without them
-    assert session_conf(spark, None, available_now=True)["spark.driver.extraJavaOptions"].endswith(quick)
-    assert driver_java_options(SparkConfig(available_now_java_options=quick), available_now=True) == quick
+    assert session_conf(spark, None, available_now_options=True)["spark.driver.extraJavaOptions"].endswith(quick)
+    assert driver_java_options(SparkConfig(available_now_java_options=quick), available_now_options=True) == quick
 
 
 def test_two_collectors_are_a_config_error() -> None:
@@ -64,6 +74,88 @@ def test_two_collectors_are_a_config_error() -> None:
     assert "Serial" in str(error.value) and "G1" in str(error.value)
     raw["spark"]["conf"]["spark.driver.extraJavaOptions"] = "-XX:+UseSerialGC -Dx=1"  # the same one: fine
     assert parse_config(raw).spark.available_now_java_options == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def test_a_limit_of_records_needs_the_options_it_limits() -> None:
+    raw = yaml.safe_load(LOCAL_CONF.read_text())
+    raw["spark"].pop("available_now_java_options", None)
+    raw["spark"]["available_now_java_options_max_records"] = 1000
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw)
+    assert error.value.key == "spark.available_now_java_options_max_records"
+    assert "unset" in str(error.value)
+    raw["spark"]["available_now_java_options"] = QUICK
+    raw["spark"]["available_now_java_options_max_records"] = -1
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw)
+    assert error.value.key == "spark.available_now_java_options_max_records"
+    raw["spark"]["available_now_java_options_max_records"] = 0
+    assert parse_config(raw).spark.available_now_java_options_max_records == 0
+
+
+@pytest.fixture(scope="module")
+def counted_topics(stack: None) -> KafkaConfig:
+    """Two topics of this module's prefix holding 5 records (over two partitions) and 2, and one whose name holds
+    the pattern without matching it whole: 7 records for the returned config's pattern."""
+    prefix = f"cnt{RUN_ID}"
+    topics = {f"{prefix}.s.a": 2, f"{prefix}.s.b": 1, f"x{prefix}.s.a": 1}
+    admin = AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP})
+    for future in admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": KAFKA_BOOTSTRAP})
+    for topic, partition, count in ((f"{prefix}.s.a", 0, 3), (f"{prefix}.s.a", 1, 2), (f"{prefix}.s.b", 0, 2),
+                                    (f"x{prefix}.s.a", 0, 4)):
+        for i in range(count):
+            producer.produce(topic, value=f"{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    return KafkaConfig(bootstrap_servers=KAFKA_BOOTSTRAP, topic_pattern=prefix + r"\.[^.]+\.[^.]+")
+
+
+@pytest.mark.stack
+def test_the_topics_records_are_counted_over_every_partition(counted_topics: KafkaConfig) -> None:
+    assert retained_records(counted_topics) == 7
+    nothing = dataclasses.replace(counted_topics, topic_pattern=f"none{RUN_ID}" + r"\..*")
+    assert retained_records(nothing) == 0
+
+
+@pytest.mark.stack
+def test_a_count_that_fails_says_why(counted_topics: KafkaConfig) -> None:
+    jvm_only = dataclasses.replace(counted_topics, options={"sasl.jaas.config": "software.amazon.msk.auth.iam."
+                                                            "IAMLoginModule required;"})
+    with pytest.raises(UncountedError, match=r"kafka\.options not taken by librdkafka.*JAAS"):
+        retained_records(jvm_only)
+    nowhere = dataclasses.replace(counted_topics, bootstrap_servers="127.0.0.1:1")
+    with pytest.raises(UncountedError, match="the broker did not answer"):
+        retained_records(nowhere, timeout_s=1)
+
+
+@pytest.mark.stack
+def test_the_options_go_to_a_run_whose_topics_are_within_their_limit(
+    counted_topics: KafkaConfig, local_config: JobConfig, caplog: pytest.LogCaptureFixture,
+) -> None:
+    def config(limit: int | None, kafka: KafkaConfig = counted_topics) -> JobConfig:
+        spark = dataclasses.replace(local_config.spark, available_now_java_options=QUICK,
+                                    available_now_java_options_max_records=limit)
+        return dataclasses.replace(local_config, kafka=kafka, spark=spark)
+
+    caplog.set_level(logging.INFO, logger="app.job")
+    assert available_now_options(config(7), available_now=True)
+    assert f"the topics hold 7 records, within spark.available_now_java_options_max_records (7): driver options " \
+           f"{QUICK}" in caplog.text
+    assert not available_now_options(config(6), available_now=True)
+    assert "the topics hold 7 records, over spark.available_now_java_options_max_records (6): driver options the " \
+           "JVM's defaults" in caplog.text
+    assert available_now_options(config(None), available_now=True)  # no limit: no count
+    assert not available_now_options(config(7), available_now=False)  # a stream never gets them
+    no_options = dataclasses.replace(local_config, spark=dataclasses.replace(
+        local_config.spark, available_now_java_options=None, available_now_java_options_max_records=None))
+    assert not available_now_options(no_options, available_now=True)
+    # A count that fails keeps the JVM's defaults, and says why.
+    caplog.clear()
+    jvm_only = dataclasses.replace(counted_topics, options={"sasl.jaas.config": "x required;"})
+    assert not available_now_options(config(1_000_000, jvm_only), available_now=True)
+    assert "spark.available_now_java_options not used: the topics' records not counted (kafka.options not taken" \
+           in caplog.text
 
 
 def test_the_session_names_its_jvms_compilers_and_collector(spark: SparkSession) -> None:
