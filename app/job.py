@@ -182,8 +182,8 @@ def run(
     # Which code and config this run has (a packaged run: the zip spark-submit fetched from --py-files).
     log.info("job code %s, config %s", Path(app.__file__).parent, conf_file)
     # Under spark-submit the driver is up before this runs: scripts/submit.sh chose its options.
-    spark = build_session("cdc-lakehouse", config.spark, config.metastore,
-                          available_now_options=not jvm_started() and available_now_options(config, available_now))
+    quick = not jvm_started() and use_available_now_options(config, available_now)
+    spark = build_session("cdc-lakehouse", config.spark, config.metastore, with_available_now_options=quick)
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
     processor.metrics = metrics = JobMetrics(spark, config)
@@ -223,7 +223,7 @@ def run(
             log.debug("metrics listener not removed: %s", e)
 
 
-def available_now_options(config: JobConfig, available_now: bool) -> bool:
+def use_available_now_options(config: JobConfig, available_now: bool) -> bool:
     """Whether this run's driver JVM gets `spark.available_now_java_options`: an `--available-now` run's, when its
     topics hold at most `spark.available_now_java_options_max_records` records (if set). The options trade a
     backlog's speed for a short start (docs/performance.md): known before the JVM starts, the count is all the job

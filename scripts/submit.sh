@@ -24,26 +24,27 @@ for arg in "$@"; do
 done
 # The driver JVM's options likewise: the config's spark.conf."spark.driver.extraJavaOptions", then its
 # spark.class_archive's when that file exists, then for --available-now its spark.available_now_java_options when
-# the topics' records are within their limit (app/spark.py driver_java_options, app/job.py available_now_options).
+# the topics' records are within their limit (app/spark.py driver_java_options, app/job.py use_available_now_options).
 # A config that does not load gives neither: the job then says what is wrong with it. The count's line goes to
 # stderr, as the job's own lines do.
 memory=${DRIVER_MEMORY:-} java_options=""
 if [ -f "$conf" ]; then
   { read -r config_memory; read -r java_options; } < <(PYTHONPATH="$ROOT" "$ROOT/.venv/bin/python" - "$conf" "$available_now" <<'PY' || true
-import logging
 import sys
 
 from app.config import load_config
-from app.job import available_now_options
+from app.job import use_available_now_options
+from app.main import configure_logging
 from app.spark import driver_java_options
 
-logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 try:
     config = load_config(sys.argv[1])
 except Exception:  # an invalid config: the job says what is wrong with it, and exits 2
     sys.exit(0)
+configure_logging(config.log_level)
 print(config.spark.conf.get("spark.driver.memory", ""))
-print(driver_java_options(config.spark, available_now_options=available_now_options(config, bool(sys.argv[2]))))
+quick = use_available_now_options(config, bool(sys.argv[2]))
+print(driver_java_options(config.spark, with_available_now_options=quick))
 PY
 ) || true
   memory=${memory:-${config_memory:-}}

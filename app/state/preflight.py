@@ -79,12 +79,9 @@ def check_services(spark: SparkSession, config: JobConfig, registry: RegistryCli
             _check_path(spark, key, path)
         registry.check()
         try:
-            topics = _checked(list_topics, "the broker", BROKER_WORDS)
-        except (ConfigError, Py4JError, CapturedException):
+            return _checked(list_topics, "the broker", BROKER_WORDS)
+        finally:  # the metastore's failure before the broker's, whatever that was
             metastore.result()
-            raise
-        metastore.result()
-        return topics
 
 
 def _check_path(spark: SparkSession, key: str, path: str) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Final
 
 from pyspark.sql import DataFrame, SparkSession
@@ -84,21 +85,25 @@ def retained_records(kafka: KafkaConfig, timeout_s: float = 10.0) -> int:
         from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: PLC0415
     except ImportError as e:
         raise UncountedError(f"no Kafka client in this Python ({e}; pip install confluent-kafka)") from e
-    try:
+    try:  # librdkafka's own log lines off: a failure is this function's error, said once by its caller
         consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "cdc-lakehouse-count",
-                             "enable.auto.commit": False, **kafka.options})
+                             "enable.auto.commit": False, "log_level": 0, **kafka.options})
     except KafkaException as e:
         raise UncountedError(f"kafka.options not taken by librdkafka: {e}") from e
+    deadline = time.monotonic() + timeout_s  # the whole count's, not each request's
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.001)
+
     try:
         pattern, total = re.compile(kafka.topic_pattern), 0
-        for name, topic in consumer.list_topics(timeout=timeout_s).topics.items():
+        for name, topic in consumer.list_topics(timeout=left()).topics.items():
             if not pattern.fullmatch(name):
                 continue
             for partition in topic.partitions:
-                marks = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=timeout_s,
-                                                       cached=False)
+                marks = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=left(), cached=False)
                 if marks is None:
-                    raise UncountedError(f"{name}[{partition}]: no watermarks in {timeout_s:.0f} s")
+                    raise UncountedError(f"{name}[{partition}]: no watermarks within {timeout_s:.0f} s")
                 total += marks[1] - marks[0]
         return total
     except KafkaException as e:

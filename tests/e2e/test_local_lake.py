@@ -104,8 +104,8 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
                for line in lines), "\n".join(lines[-20:])
     # The driver JVM was given the config's class archive (scripts/test.sh makes it) and its --available-now
     # options (C1 only, the serial collector) by submit.sh, not by the tests' JAVA_TOOL_OPTIONS, which went without
-    # them: the test's topic holds its ROWS records, within the config's limit (the job counts them again, and says
-    # so).
+    # them: the test's topic holds its ROWS records, within the config's limit, as submit.sh's count says (the job
+    # itself, started by spark-submit's driver, does not count again).
     assert any(f"app.job: the topics hold {ROWS} records, within spark.available_now_java_options_max_records"
                in line for line in lines), [line for line in lines if "app.job" in line][:5]
     assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa, compilers C1 only, collector Serial" in line

@@ -1,28 +1,32 @@
 """The driver JVM's options (app/spark.py): the config's own, then its class archive's when that file exists, then
 an --available-now run's own, given only while the topics' records are within their limit (app/job.py
-`available_now_options`, counted in Kafka before the JVM starts); the session-up line's account of the JVM; and the
-JVM's times at a query's end."""
+`use_available_now_options`, counted in Kafka before the JVM starts); the session-up line's account of the JVM; and
+the JVM's times at a query's end."""
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig, KafkaConfig, SparkConfig, parse_config
 from app.errors import ConfigError
-from app.job import available_now_options
+from app.job import use_available_now_options
 from app.spark import (
     class_archive_options,
     driver_java_options,
     jvm_class,
+    jvm_started,
     jvm_summary,
     jvm_times,
     process_cpu_s,
@@ -58,10 +62,11 @@ def test_an_available_now_run_adds_its_options_last(tmp_path: Path) -> None:
     quick = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     spark = SparkConfig(class_archive=str(archive), available_now_java_options=quick,
                         conf={"spark.driver.extraJavaOptions": "-Dx=1"})
-    assert driver_java_options(spark, available_now_options=True) == f"-Dx=1 {class_archive_options(archive)} {quick}"
+    with_options = driver_java_options(spark, with_available_now_options=True)
+    assert with_options == f"-Dx=1 {class_archive_options(archive)} {quick}"
     assert driver_java_options(spark) == f"-Dx=1 {class_archive_options(archive)}"  # a stream: without them
-    assert session_conf(spark, None, available_now_options=True)["spark.driver.extraJavaOptions"].endswith(quick)
-    assert driver_java_options(SparkConfig(available_now_java_options=quick), available_now_options=True) == quick
+    assert session_conf(spark, None, with_available_now_options=True)["spark.driver.extraJavaOptions"].endswith(quick)
+    assert driver_java_options(SparkConfig(available_now_java_options=quick), with_available_now_options=True) == quick
 
 
 def test_two_collectors_are_a_config_error() -> None:
@@ -94,7 +99,7 @@ def test_a_limit_of_records_needs_the_options_it_limits() -> None:
 
 
 @pytest.fixture(scope="module")
-def counted_topics(stack: None) -> KafkaConfig:
+def counted_topics(stack: None) -> Iterator[KafkaConfig]:
     """Two topics of this module's prefix holding 5 records (over two partitions) and 2, and one whose name holds
     the pattern without matching it whole: 7 records for the returned config's pattern."""
     prefix = f"cnt{RUN_ID}"
@@ -108,7 +113,9 @@ def counted_topics(stack: None) -> KafkaConfig:
         for i in range(count):
             producer.produce(topic, value=f"{i}".encode(), partition=partition)
     assert producer.flush(30) == 0
-    return KafkaConfig(bootstrap_servers=KAFKA_BOOTSTRAP, topic_pattern=prefix + r"\.[^.]+\.[^.]+")
+    yield KafkaConfig(bootstrap_servers=KAFKA_BOOTSTRAP, topic_pattern=prefix + r"\.[^.]+\.[^.]+")
+    for future in admin.delete_topics(list(topics)).values():
+        future.result(30)
 
 
 @pytest.mark.stack
@@ -139,23 +146,42 @@ def test_the_options_go_to_a_run_whose_topics_are_within_their_limit(
         return dataclasses.replace(local_config, kafka=kafka, spark=spark)
 
     caplog.set_level(logging.INFO, logger="app.job")
-    assert available_now_options(config(7), available_now=True)
+    assert use_available_now_options(config(7), available_now=True)
     assert f"the topics hold 7 records, within spark.available_now_java_options_max_records (7): driver options " \
            f"{QUICK}" in caplog.text
-    assert not available_now_options(config(6), available_now=True)
+    assert not use_available_now_options(config(6), available_now=True)
     assert "the topics hold 7 records, over spark.available_now_java_options_max_records (6): driver options the " \
            "JVM's defaults" in caplog.text
-    assert available_now_options(config(None), available_now=True)  # no limit: no count
-    assert not available_now_options(config(7), available_now=False)  # a stream never gets them
+    assert use_available_now_options(config(None), available_now=True)  # no limit: no count
+    assert not use_available_now_options(config(7), available_now=False)  # a stream never gets them
     no_options = dataclasses.replace(local_config, spark=dataclasses.replace(
         local_config.spark, available_now_java_options=None, available_now_java_options_max_records=None))
-    assert not available_now_options(no_options, available_now=True)
+    assert not use_available_now_options(no_options, available_now=True)
     # A count that fails keeps the JVM's defaults, and says why.
     caplog.clear()
     jvm_only = dataclasses.replace(counted_topics, options={"sasl.jaas.config": "x required;"})
-    assert not available_now_options(config(1_000_000, jvm_only), available_now=True)
+    assert not use_available_now_options(config(1_000_000, jvm_only), available_now=True)
     assert "spark.available_now_java_options not used: the topics' records not counted (kafka.options not taken" \
            in caplog.text
+
+
+def test_a_python_without_confluent_kafka_does_not_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # `import confluent_kafka` raises ImportError
+    with pytest.raises(UncountedError, match="no Kafka client in this Python"):
+        retained_records(KafkaConfig(bootstrap_servers="127.0.0.1:1", topic_pattern="t"))
+
+
+def test_a_started_jvm_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Options for a new JVM are not counted for where one is up: a session built in this process (stopped or
+    not), or spark-submit's driver, which starts first and hands its gateway's port to the Python it runs."""
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert not jvm_started()
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    assert jvm_started()
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT")
+    monkeypatch.setattr(SparkContext, "_gateway", object())
+    assert jvm_started()
 
 
 def test_the_session_names_its_jvms_compilers_and_collector(spark: SparkSession) -> None:
