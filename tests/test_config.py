@@ -147,6 +147,14 @@ def test_negative_retries() -> None:
     _assert_names_key(_config_error(raw), "registry.retries", "must be >= 0")
 
 
+@pytest.mark.parametrize("key", ["retain_commits", "clean_every_commits"])
+def test_table_services_need_a_commit_at_least(key: str) -> None:
+    raw = _minimal()
+    raw["lake"][key] = 0
+
+    _assert_names_key(_config_error(raw), f"lake.{key}", "must be >= 1")
+
+
 def test_invalid_database_name() -> None:
     raw = _minimal()
     raw["lake"]["database"] = "silver-db"

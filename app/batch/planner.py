@@ -236,6 +236,7 @@ class Planner:
                 partition=route.partition,
                 compaction_delta_commits=route.compaction_delta_commits,
                 retain_commits=self.config.lake.retain_commits,
+                clean_every_commits=self.config.lake.clean_every_commits,
                 metadata_table=self.config.lake.metadata_table == "all",
             )
         try:

@@ -177,6 +177,22 @@ def _check_table_names(config: JobConfig) -> None:
         raise ConfigError("lake.bronze_table", f"{config.lake.bronze_table!r} is the dead-letter table's name too")
 
 
+# The lake's counts: key, least value, what the least means.
+_LAKE_MINIMUMS = (
+    ("compaction_delta_commits", 1, ""),
+    ("retain_commits", 1, ""),
+    ("clean_every_commits", 1, ""),
+    ("table_writers", 1, " (1: one table after another)"),
+    ("write_retries", 0, " (0: a transient write error fails the batch at once)"),
+)
+
+
+def _check_lake_counts(config: JobConfig) -> None:
+    for name, least, meaning in _LAKE_MINIMUMS:
+        if getattr(config.lake, name) < least:
+            raise ConfigError(f"lake.{name}", f"must be >= {least}{meaning}")
+
+
 def _check_semantics(config: JobConfig) -> None:
     _check_registry(config)
     _check_kafka(config)
@@ -187,14 +203,7 @@ def _check_semantics(config: JobConfig) -> None:
     if not _IDENTIFIER.fullmatch(config.lake.database):
         raise ConfigError("lake.database", f"not a valid database name: {config.lake.database!r}")
     _check_sources(config)
-    if config.lake.compaction_delta_commits < 1:
-        raise ConfigError("lake.compaction_delta_commits", "must be >= 1")
-    if config.lake.retain_commits < 1:
-        raise ConfigError("lake.retain_commits", "must be >= 1")
-    if config.lake.table_writers < 1:
-        raise ConfigError("lake.table_writers", "must be >= 1 (1: one table after another)")
-    if config.lake.write_retries < 0:
-        raise ConfigError("lake.write_retries", "must be >= 0 (0: a transient write error fails the batch at once)")
+    _check_lake_counts(config)
     _check_table_names(config)
     if config.dead_letters.unknown_schema_grace_s < 0:
         raise ConfigError("dead_letters.unknown_schema_grace_s", "must be >= 0")

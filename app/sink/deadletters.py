@@ -89,6 +89,7 @@ def dead_letter_target(config: JobConfig) -> HudiTarget:
         path=config.lake.table_path(table),
         record_key=(DEAD_LETTER_KEY,),
         retain_commits=config.lake.retain_commits,
+        clean_every_commits=config.lake.clean_every_commits,
     )
 
 

@@ -30,6 +30,7 @@ class HudiTarget:
     partition: PartitionSpec | None = None
     compaction_delta_commits: int = 3  # Merge-on-Read only
     retain_commits: int = 10
+    clean_every_commits: int = 5
     metadata_table: bool = False  # partitioned tables always have one (their record-level index)
 
     @property
@@ -117,6 +118,8 @@ def table_service_options(target: HudiTarget) -> dict[str, str]:
         "hoodie.clean.automatic": "true",
         "hoodie.clean.policy": "KEEP_LATEST_COMMITS",
         "hoodie.clean.commits.retained": str(retain),
+        # Scheduled once this many commits have passed since the last clean, not after each one.
+        "hoodie.clean.max.commits": str(target.clean_every_commits),
         # Archival keeps more instants than the cleaner retains (Hudi requires it).
         "hoodie.archive.automatic": "true",
         "hoodie.keep.min.commits": str(retain + 10),
@@ -165,6 +168,9 @@ def sized_options(target: HudiTarget, rows: int) -> dict[str, str]:
     return {"hoodie.global.index.reconcile.parallelism": str(tasks)}
 
 
+# The input of an upsert holds one row per record key: no de-duplication by Hudi first (it merges each row with the
+# table's by `precombine.field` all the same). About a fifth of a small commit's CPU (docs/performance.md).
+UNIQUE_ROWS = {"hoodie.combine.before.upsert": "false"}
 SYNC_OFF = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 
 
@@ -190,7 +196,9 @@ def write_silver(
     rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str, extra: dict[str, str] | None = None
 ) -> None:
     """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table; a table
-    whose creation was interrupted is created afresh first (app/sink/creation.py).
+    whose creation was interrupted is created afresh first (app/sink/creation.py). `rows_df` holds one row per
+    record key (app/cdc/unwrap.py `with_latest_flag`), so Hudi's own de-duplication of the input before the upsert
+    (a shuffle of every row by key) is skipped: UNIQUE_ROWS.
 
     Raises:
         SinkWriteError: the table's folder holds data but no table properties.
@@ -198,7 +206,7 @@ def write_silver(
     if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
         raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
     repair_interrupted_creation(rows_df.sparkSession, target.path, target.qualified_name)
-    options = {**write_options(target, batch_id, query_id), **(extra or {})}
+    options = {**write_options(target, batch_id, query_id), **UNIQUE_ROWS, **(extra or {})}
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
 
 

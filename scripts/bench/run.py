@@ -804,7 +804,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
     parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")
     parser.add_argument("--naive-tables", type=int, action="append",
-                        help="freshness: tables of the naive baseline's runs; repeatable (7)")
+                        help="freshness: tables of the naive baseline's runs; repeatable (7; 0: no naive run)")
     parser.add_argument("--naive-rows", type=int, default=5000,
                         help="naive: rows of each of its --backlog-tables source tables (5,000: about 54,000 records)")
     parser.add_argument("--backlog-tables", type=int, default=7,
@@ -831,7 +831,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.scenario = args.scenario or list(DEFAULT_SCENARIOS)
     args.tables = args.tables or [3, 7]
     args.layout = args.layout or list(LAYOUTS)
-    args.naive_tables = args.naive_tables or [7]
+    args.naive_tables = [t for t in args.naive_tables or [7] if t]
     if args.runs < 1 or args.batch < 1 or args.small < args.batch or args.large < args.small:
         parser.error("--runs >= 1, and --batch <= --small <= --large")
     return args

@@ -2,6 +2,7 @@
 start without a checkpoint resumes (app/state/resume.py). Local Hudi tables; no Kafka."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -69,6 +70,24 @@ def test_the_newest_commit_with_offsets_is_found_past_compaction(spark: SparkSes
             # `commit`, which records no offsets, and was passed over.
             completed = sorted(p.name for p in (tmp_path / "t" / ".hoodie" / "timeline").glob("*_*.*commit"))
             assert completed[-1].endswith(".commit"), completed
+
+
+def _cleans(path: Path) -> int:
+    """Completed clean instants on a table's active timeline."""
+    return len(list((path / ".hoodie" / "timeline").glob("*_*.clean")))
+
+
+@pytest.mark.parametrize(("every", "cleans"), [(1, 5), (3, 2)])
+def test_the_cleaner_runs_once_every_clean_every_commits(
+    spark: SparkSession, tmp_path: Path, every: int, cleans: int
+) -> None:
+    # Every commit rewrites the one file group; with one commit retained, there is an old version to clean from the
+    # third commit on. lake.clean_every_commits schedules the cleaner once that many commits have passed since its
+    # last run: after each of commits 3 to 7, or after commits 3 and 6.
+    target = dataclasses.replace(_target(tmp_path / "t"), retain_commits=1, clean_every_commits=every)
+    for n in range(1, 8):
+        _write(spark, target, range(3), n, {})
+    assert _cleans(tmp_path / "t") == cleans
 
 
 def _config(tmp_path: Path) -> JobConfig:

@@ -126,6 +126,7 @@ def test_a_non_partitioned_copy_on_write_table() -> None:
     assert "hoodie.compact.inline" not in options
     assert sized_options(_target(), 10**6) == {}
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
+    assert options["hoodie.clean.max.commits"] == "5"  # lake.clean_every_commits
 
 
 @pytest.mark.parametrize(("keys", "generator"), [(("id",), "SimpleKeyGenerator"), (("a", "b"), "ComplexKeyGenerator")])
@@ -149,10 +150,12 @@ def test_a_partitioned_tables_index_reconciles_in_tasks_sized_to_the_batch(rows:
 
 def test_a_merge_on_read_table_compacts_inline_and_cleans() -> None:
     options = write_options(
-        _target(table_type="MERGE_ON_READ", compaction_delta_commits=2, retain_commits=5), 7, "q"
+        _target(table_type="MERGE_ON_READ", compaction_delta_commits=2, retain_commits=5, clean_every_commits=2), 7,
+        "q",
     )
     assert options["hoodie.datasource.write.table.type"] == "MERGE_ON_READ"
     assert options["hoodie.compact.inline"] == "true"
     assert options["hoodie.compact.inline.max.delta.commits"] == "2"
     assert options["hoodie.clean.automatic"] == "true"
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("5", "15")
+    assert options["hoodie.clean.max.commits"] == "2"
