@@ -68,6 +68,7 @@ class Planner:
         # together): made at start (app/job.py), then by each topic that appears; the topics refused, with why.
         self.claims: dict[str, TableRoute | None] = {}
         self.refused: dict[str, str] = {}
+        self.summary_s = 0.0  # the latest plan's summary aggregate (the batch's first read of its records), seconds
 
     def refuse(self, topic: str, why: str) -> str:
         """A topic refused its table: said once per run, at error level; returns the reason status.json gives."""
@@ -92,7 +93,9 @@ class Planner:
         """
         self.quarantine.load(raw_df.sparkSession)
         framed_df = with_source_framings(raw_df, self.framings())
+        started = time.monotonic()
         summary = self._summarize(framed_df)
+        self.summary_s = time.monotonic() - started
         newest = {topic: s.newest_ms for topic, s in summary.items() if s.newest_ms is not None}
         skipped = {}
         for topic in list(summary):
