@@ -172,6 +172,7 @@ class BatchPlan:
     skipped: dict[str, SkippedTopic]
     roots: PartitionRoots
     newest_ms: dict[str, int] = field(default_factory=dict)  # topic -> TopicSummary.newest_ms, every topic read
+    summary_s: float = 0.0  # seconds of the summary aggregate, the batch's first read of its records
 
     @property
     def offsets(self) -> Offsets:

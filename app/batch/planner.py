@@ -68,7 +68,6 @@ class Planner:
         # together): made at start (app/job.py), then by each topic that appears; the topics refused, with why.
         self.claims: dict[str, TableRoute | None] = {}
         self.refused: dict[str, str] = {}
-        self.summary_s = 0.0  # the latest plan's summary aggregate (the batch's first read of its records), seconds
 
     def refuse(self, topic: str, why: str) -> str:
         """A topic refused its table: said once per run, at error level; returns the reason status.json gives."""
@@ -95,7 +94,7 @@ class Planner:
         framed_df = with_source_framings(raw_df, self.framings())
         started = time.monotonic()
         summary = self._summarize(framed_df)
-        self.summary_s = time.monotonic() - started
+        summary_s = time.monotonic() - started
         newest = {topic: s.newest_ms for topic, s in summary.items() if s.newest_ms is not None}
         skipped = {}
         for topic in list(summary):
@@ -110,7 +109,7 @@ class Planner:
         if self.config.dead_letters.mode == "fail_fast":
             self._check_framing(framed_df, summary, roots)
         topic_plans = [self._plan_topic(framed_df, topic, s, roots) for topic, s in sorted(summary.items())]
-        return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots, newest)
+        return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots, newest, summary_s)
 
     def _routes(self, summary: dict[str, TopicSummary], roots: PartitionRoots) -> list[TableRoute]:
         """The batch's topics' routes; a topic of no known form is left to its plan (which names the record)."""

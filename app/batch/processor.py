@@ -80,8 +80,8 @@ class BatchProcessor:
         self.status_lock = threading.RLock()
         self.write_status = False
         self.databases: set[str] = set()  # catalog databases known to exist
-        # The latest batch's phases in seconds: plan (summary aggregate, registry, decode plan), summary (the plan's
-        # summary aggregate: the batch's first read of its records), bronze, tables.
+        # The latest batch's phases in seconds: plan (summary aggregate, registry, decode plan), plan_summary (part of
+        # plan: its summary aggregate, the batch's first read of its records), bronze, tables.
         self.phases: dict[str, float] = {}
 
     def process(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -108,7 +108,7 @@ class BatchProcessor:
             plan = self.planner.plan(raw_df)
             self.sources.delivered(plan.newest_ms)
             self.phases["plan"] = time.monotonic() - started
-            self.phases["summary"] = self.planner.summary_s  # part of the plan's
+            self.phases["plan_summary"] = plan.summary_s  # part of the plan's time
             if plan.tables or plan.skipped:
                 self._write(raw_df, plan, step, query_id)
                 self._done(spark, plan, batch_id, time.monotonic() - started)

@@ -290,7 +290,8 @@ class TableWriter:
             sync = self.meta_sync.write_options(target, rows_df)
             sized = sized_options(target, counts["upserts"] + counts["deletes"])
             options = {**sized, **self.hooks.write_options(target.path), **extra, **sync}
-            write_silver(rows_df, target, step.batch_id, query_id, options)
+            # One row per key: the latest event of each (_written).
+            write_silver(rows_df, target, step.batch_id, query_id, options, unique_rows=True)
             self.meta_sync.written(target, rows_df, options)
         finally:
             judged_df.unpersist()

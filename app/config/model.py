@@ -232,8 +232,8 @@ class LakeConfig:
     retain_commits: int = 10
     # The cleaner is scheduled once this many commits have passed since its last run (Hudi's
     # `hoodie.clean.max.commits`), not after every commit: a clean plans, deletes and writes three timeline files,
-    # about a fifth of a small commit (docs/performance.md). Files of old versions stay up to this many commits
-    # longer.
+    # about a tenth of a small commit (docs/performance.md). An old file version stays up to this many commits
+    # less one past those retained.
     clean_every_commits: int = 5
     # A batch's tables are written this many at a time, each table's unit on a thread of its own (its Spark jobs
     # in a FAIR scheduler pool of their own); 1 writes them one after another.

@@ -168,8 +168,8 @@ def sized_options(target: HudiTarget, rows: int) -> dict[str, str]:
     return {"hoodie.global.index.reconcile.parallelism": str(tasks)}
 
 
-# The input of an upsert holds one row per record key: no de-duplication by Hudi first (it merges each row with the
-# table's by `precombine.field` all the same). About a fifth of a small commit's CPU (docs/performance.md).
+# For an upsert whose input holds one row per record key: no de-duplication by Hudi first (it merges each row with
+# the table's by `precombine.field` all the same). About a tenth of a small commit's time (docs/performance.md).
 UNIQUE_ROWS = {"hoodie.combine.before.upsert": "false"}
 SYNC_OFF = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 
@@ -193,12 +193,14 @@ def catalog_tables(target: HudiTarget) -> list[str]:
 
 
 def write_silver(
-    rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str, extra: dict[str, str] | None = None
+    rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str, extra: dict[str, str] | None = None, *,
+    unique_rows: bool = False,
 ) -> None:
     """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table; a table
-    whose creation was interrupted is created afresh first (app/sink/creation.py). `rows_df` holds one row per
-    record key (app/cdc/unwrap.py `with_latest_flag`), so Hudi's own de-duplication of the input before the upsert
-    (a shuffle of every row by key) is skipped: UNIQUE_ROWS.
+    whose creation was interrupted is created afresh first (app/sink/creation.py). `unique_rows`: the caller
+    guarantees one row per record key (the job's batches: app/cdc/unwrap.py `with_latest_flag`), so Hudi's own
+    de-duplication of the input before the upsert (a shuffle of every row by key) is skipped (UNIQUE_ROWS); rows
+    sharing a key would then all be written.
 
     Raises:
         SinkWriteError: the table's folder holds data but no table properties.
@@ -206,7 +208,7 @@ def write_silver(
     if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
         raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
     repair_interrupted_creation(rows_df.sparkSession, target.path, target.qualified_name)
-    options = {**write_options(target, batch_id, query_id), **UNIQUE_ROWS, **(extra or {})}
+    options = {**write_options(target, batch_id, query_id), **(UNIQUE_ROWS if unique_rows else {}), **(extra or {})}
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
 
 

@@ -170,7 +170,7 @@ def run_commits(
         shift = commit % len(names)
         for name in names[shift:] + names[:shift]:
             wall, cpu = time.monotonic(), cpu_s(pid)
-            write_silver(df, targets[name], commit, run, options[name] or None)
+            write_silver(df, targets[name], commit, run, options[name] or None, unique_rows=True)
             results[name].append((time.monotonic() - wall, cpu_s(pid) - cpu))
             print(f"commit {commit:2d} {name:16s} {results[name][-1][0]:6.2f} s {results[name][-1][1]:6.2f} CPU-s",
                   flush=True)

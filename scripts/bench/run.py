@@ -18,7 +18,7 @@ Scenarios (`--scenario`, repeatable; default all but soak):
             running on its own with a 1-second trigger; per transaction the time from its commit to the completion
             of the Hudi commit holding it: p50, p95, max (scripts/bench/freshness.py). Invalid below 95% of the
             rate; fails when a transaction is missing 60 s after the workload or a table differs from the source.
-            B2's freshness side: the same workload read by the naive baseline on `--naive-tables` (7).
+            B2's freshness side: the same workload read by the naive baseline on `--naive-tables` (7; 0: none).
   backlog   B4: the job `--available-now` over a backlog of 7 tables of `--backlog-rows` rows (50,000: about
             537,000 records), with the shipped config's memory settings: time, events/s, the driver JVM's peak
             used heap (jstat) and peak RSS, the Python driver's peak RSS.
@@ -85,7 +85,7 @@ from app.batch.processor import BatchProcessor  # noqa: E402
 from app.config import JobConfig, PartitionSpec, load_config  # noqa: E402
 from app.errors import required  # noqa: E402
 from app.sink.bronze import write_bronze  # noqa: E402
-from app.sink.hudi import HudiTarget, write_options, write_silver  # noqa: E402
+from app.sink.hudi import UNIQUE_ROWS, HudiTarget, write_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
 from app.sink.widening import rewrite as rewrite_table  # noqa: E402
 from app.spark import build_session, jvm_pid, process_cpu_s, session_conf  # noqa: E402
@@ -178,7 +178,7 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
     registry = RegistryClient.from_config(config.registry)
     pid = jvm_pid(spark)
     per_table: dict[str, list[tuple[int, float]]] = {}
-    phases: dict[str, list[float]] = {}  # the job's batch: plan, bronze, tables (app/batch/processor.py)
+    phases: dict[str, list[float]] = {}  # the job's batch: plan (plan_summary part of it), bronze, tables
 
     def lake_config(side: str, n: int) -> JobConfig:
         root = f"{lake}/ceiling/{side}{n + 1}"
@@ -554,7 +554,7 @@ def growth(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[li
                              partition=partition)
             for size in (args.small, args.large)
         }
-        options[layout] = write_options(targets[args.small], 0, "bench")
+        options[layout] = {**write_options(targets[args.small], 0, "bench"), **UNIQUE_ROWS}
         print(f" {layout}:")
         results = timed({str(size): Upserts(spark, target, args.batch) for size, target in targets.items()}, args.runs)
         figures += medians("growth", f"{layout} upsert", results, {"s": "s", "cpu_s": "CPU-s"})
@@ -586,7 +586,7 @@ class Upserts:
         batch = rows(ids, self.version, self.amount_type).cache()
         batch.count()
         wall, cpu = time.monotonic(), cpu_s(self.pid)
-        write_silver(batch, self.target, self.version, "bench")
+        write_silver(batch, self.target, self.version, "bench", unique_rows=True)
         figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(self.pid) - cpu}
         batch.unpersist()
         return figures
@@ -804,7 +804,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
     parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")
     parser.add_argument("--naive-tables", type=int, action="append",
-                        help="freshness: tables of the naive baseline's runs; repeatable (7; 0: no naive run)")
+                        help="freshness: the naive baseline's runs' tables; repeatable (7; 0: no naive freshness run)")
     parser.add_argument("--naive-rows", type=int, default=5000,
                         help="naive: rows of each of its --backlog-tables source tables (5,000: about 54,000 records)")
     parser.add_argument("--backlog-tables", type=int, default=7,

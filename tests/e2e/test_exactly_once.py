@@ -120,7 +120,7 @@ def test_snapshot(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
     for stats in pipeline.processor.last_stats.values():
         assert {"commit check", "ledger read", "count", "upsert"} <= set(stats.steps_s), stats.steps_s
         assert "steps=commit_check:" in stats.log_line(0)
-    assert set(pipeline.processor.phases) == {"plan", "summary", "bronze", "tables"}
+    assert set(pipeline.processor.phases) == {"plan", "plan_summary", "bronze", "tables"}
 
 
 def test_a_batch_spark_replays_is_skipped_by_every_table_and_by_bronze(

@@ -126,7 +126,7 @@ def test_a_non_partitioned_copy_on_write_table() -> None:
     assert "hoodie.compact.inline" not in options
     assert sized_options(_target(), 10**6) == {}
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
-    assert options["hoodie.clean.max.commits"] == "5"  # lake.clean_every_commits
+    assert options["hoodie.clean.max.commits"] == "5"  # HudiTarget's default, as lake.clean_every_commits's
 
 
 @pytest.mark.parametrize(("keys", "generator"), [(("id",), "SimpleKeyGenerator"), (("a", "b"), "ComplexKeyGenerator")])
