@@ -199,8 +199,8 @@ def write_silver(
     """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table; a table
     whose creation was interrupted is created afresh first (app/sink/creation.py). `unique_rows`: the caller
     guarantees one row per record key (the job's batches: app/cdc/unwrap.py `with_latest_flag`), so Hudi's own
-    de-duplication of the input before the upsert (a shuffle of every row by key) is skipped (UNIQUE_ROWS); rows
-    sharing a key would then all be written.
+    de-duplication of the input before the upsert (a shuffle of every row by key) is skipped (UNIQUE_ROWS); what
+    rows sharing a key would then leave is undefined (both kept, or either one).
 
     Raises:
         SinkWriteError: the table's folder holds data but no table properties.

@@ -62,7 +62,7 @@ def batch(spark: SparkSession, commit: int, rows: int, update_fraction: float, p
     """Commit 0: ids 0..rows-1. Later commits: a slice of existing ids updated, and rows/20 new ids."""
     updated = int(rows * update_fraction)
     start = (commit * updated) % rows
-    ids = list(range(start, start + updated)) if commit else list(range(rows))
+    ids = [(start + k) % rows for k in range(updated)] if commit else list(range(rows))  # distinct, below rows
     new = [rows + commit * 1000 + i for i in range(rows // 20)] if commit else []
     df = spark.createDataFrame([(i,) for i in ids + new], "id long")
     return df.select(
@@ -122,6 +122,8 @@ def main() -> int:
     args = parse_args()
     if args.commits < 1:
         sys.exit("--commits: at least 1 commit after the first")
+    if not 0 <= args.update_fraction <= 1:
+        sys.exit("--update-fraction: between 0 and 1 (each row updated at most once a commit, as the job's batches)")
     variants = dict(args.variant or [parse_variant("no-sync")])
     if args.partitions and any(v.get("hoodie.metadata.enable") == "false" for v in variants.values()):
         sys.exit("a partitioned table's record-level index lives in the metadata table: no variant may turn it off")

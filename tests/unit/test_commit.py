@@ -95,7 +95,7 @@ def test_hudi_de_duplicates_an_upserts_input_unless_told_its_rows_are_unique(
     spark: SparkSession, tmp_path: Path, unique_rows: bool, rows: int
 ) -> None:
     # The job's batches hold one row per key (with_latest_flag) and say so (unique_rows): Hudi skips its own pass,
-    # and would write rows sharing a key as they come. Any other caller keeps Hudi's de-duplication.
+    # and two rows of a key new to the table are both written. Any other caller keeps Hudi's de-duplication.
     target = _target(tmp_path / "t")
     twice = spark.createDataFrame([(1, "old", "00000001", False), (1, "new", "00000002", False)],
                                   "id int, v string, _cdc_position string, _hoodie_is_deleted boolean")
