@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,11 +121,11 @@ SAX_DRIVER = ("org.xml.sax.driver", "com.sun.org.apache.xerces.internal.parsers.
 
 def session_conf(
     spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False,
-    with_available_now_options: bool = False,
+    with_available_now_options: bool = False, stream: bool = False,
 ) -> dict[str, str]:
     """Every Spark setting the job's session gets, in the order later entries override earlier ones; `hudi_sql`:
-    with Hudi's SQL extension and catalog (`HUDI_SQL_CONF`); `with_available_now_options`: the driver's options
-    with `spark.available_now_java_options` (`driver_java_options`)."""
+    with Hudi's SQL extension and catalog (`HUDI_SQL_CONF`); `with_available_now_options`, `stream`: the driver's
+    options with `spark.available_now_java_options`, `spark.stream_java_options` (`driver_java_options`)."""
     conf: dict[str, str] = {**HUDI_CONF, **(HUDI_SQL_CONF if hudi_sql else {}), **LAKE_CONF, **SCHEDULING_CONF}
     if spark.jars_dir:
         jars = jar_paths(spark.jars_dir)
@@ -136,7 +137,7 @@ def session_conf(
     if metastore is not None:
         conf.update(metastore_conf(metastore))
     conf.update(spark.conf)
-    java_options = driver_java_options(spark, with_available_now_options=with_available_now_options)
+    java_options = driver_java_options(spark, with_available_now_options=with_available_now_options, stream=stream)
     if java_options:
         conf["spark.driver.extraJavaOptions"] = java_options
     return conf
@@ -151,17 +152,22 @@ def class_archive_options(archive: str | Path) -> str:
     return f"-XX:SharedArchiveFile={archive} {CDS_QUIET}"
 
 
-def driver_java_options(spark: SparkConfig, *, with_available_now_options: bool = False) -> str:
+def driver_java_options(
+    spark: SparkConfig, *, with_available_now_options: bool = False, stream: bool = False
+) -> str:
     """The driver JVM's options: `spark.conf`'s `spark.driver.extraJavaOptions`, then the class archive's when
     `spark.class_archive` exists, then with `with_available_now_options` `spark.available_now_java_options` (an
     `--available-now` run's, when its topics' records are within their limit: app/job.py
-    `use_available_now_options`). Set before the JVM starts: pyspark launches it with the session's conf; under
-    spark-submit they go on its command line (scripts/submit.sh)."""
+    `use_available_now_options`), or with `stream` (a run without `--available-now`) `spark.stream_java_options`.
+    Set before the JVM starts: pyspark launches it with the session's conf; under spark-submit they go on its
+    command line (scripts/submit.sh)."""
     options = [spark.conf.get("spark.driver.extraJavaOptions", "")]
     if spark.class_archive and Path(spark.class_archive).is_file():
         options.append(class_archive_options(spark.class_archive))
     if with_available_now_options and spark.available_now_java_options:
         options.append(spark.available_now_java_options)
+    if stream and spark.stream_java_options:
+        options.append(spark.stream_java_options)
     return " ".join(o for o in options if o)
 
 
@@ -170,6 +176,9 @@ def jvm_started() -> bool:
     starts before the Python it runs (its gateway's port in the environment). Options for a new JVM no longer
     reach it."""
     return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ  # a stopped session's too
+
+
+DEFAULT_TIER4_INVOCATIONS = "5000"  # HotSpot's -XX:Tier4InvocationThreshold: calls before C2 compiles a method
 
 
 def jvm_summary(spark: SparkSession) -> str:
@@ -186,11 +195,19 @@ def jvm_summary(spark: SparkSession) -> str:
         except Py4JJavaError:  # a flag this JVM does not have (a collector it was built without)
             return ""
 
+    return describe_jvm(flag)
+
+
+def describe_jvm(flag: Callable[[str], str]) -> str:
+    """`jvm_summary`'s words for a JVM whose `flag(name)` gives each HotSpot flag's value ("" for one it lacks)."""
     level = flag("TieredStopAtLevel")
     if flag("TieredCompilation") == "false":
         compilers = "C2 only"
     else:
         compilers = "C1 only" if level.isdigit() and int(level) < 4 else "C1 and C2"
+        threshold = flag("Tier4InvocationThreshold")
+        if compilers == "C1 and C2" and threshold not in ("", DEFAULT_TIER4_INVOCATIONS):  # spark.stream_java_options
+            compilers += f" (C2 from {threshold} calls)"
     collectors = [name for name in ("Serial", "Parallel", "G1", "Z", "Shenandoah") if flag(f"Use{name}GC") == "true"]
     archive = flag("SharedArchiveFile")
     archive = f"driver class archive {archive}" if archive else "no driver class archive"
@@ -243,15 +260,17 @@ def process_cpu_s(pid: int) -> float | None:
 
 def build_session(
     app_name: str, spark: SparkConfig, metastore: MetastoreConfig | None, *, hudi_sql: bool = False,
-    with_available_now_options: bool = False,
+    with_available_now_options: bool = False, stream: bool = False,
 ) -> SparkSession:
     """Create (or reuse) the process's SparkSession with Hudi, Kafka, Avro and the metastore configured; `hudi_sql`:
-    with Hudi's SQL extension and catalog too (a session taking a user's SQL); `with_available_now_options`: the
-    driver gets `spark.available_now_java_options` too (`driver_java_options`), when this starts the JVM."""
+    with Hudi's SQL extension and catalog too (a session taking a user's SQL); `with_available_now_options`,
+    `stream`: the driver gets `spark.available_now_java_options`, `spark.stream_java_options` too
+    (`driver_java_options`), when this starts the JVM."""
     builder = SparkSession.builder.appName(app_name)
     if spark.master:
         builder = builder.master(spark.master)
-    conf = session_conf(spark, metastore, hudi_sql=hudi_sql, with_available_now_options=with_available_now_options)
+    conf = session_conf(spark, metastore, hudi_sql=hudi_sql, with_available_now_options=with_available_now_options,
+                        stream=stream)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

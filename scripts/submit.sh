@@ -24,7 +24,8 @@ for arg in "$@"; do
 done
 # The driver JVM's options likewise: the config's spark.conf."spark.driver.extraJavaOptions", then its
 # spark.class_archive's when that file exists, then for --available-now its spark.available_now_java_options when
-# the topics' records are within their limit (app/spark.py driver_java_options, app/job.py use_available_now_options).
+# the topics' records are within their limit (app/spark.py driver_java_options, app/job.py use_available_now_options),
+# or for a stream its spark.stream_java_options.
 # A config that does not load gives neither: the job then says what is wrong with it. The count's line goes to
 # stderr, as the job's own lines do.
 memory=${DRIVER_MEMORY:-} java_options=""
@@ -44,7 +45,7 @@ except Exception:  # an invalid config: the job says what is wrong with it, and 
 configure_logging(config.log_level)
 print(config.spark.conf.get("spark.driver.memory", ""))
 quick = use_available_now_options(config, bool(sys.argv[2]))
-print(driver_java_options(config.spark, with_available_now_options=quick))
+print(driver_java_options(config.spark, with_available_now_options=quick, stream=not sys.argv[2]))
 PY
 ) || true
   memory=${memory:-${config_memory:-}}

@@ -221,15 +221,18 @@ _COLLECTOR = re.compile(r"-XX:\+Use(\w+)GC")
 
 
 def _check_collectors(config: JobConfig) -> None:
-    """An --available-now run's JVM options add to the driver's own: two collectors stop the JVM at its start."""
+    """An --available-now run's JVM options, and a stream's, add to the driver's own: two collectors stop the JVM at
+    its start."""
     own = set(_COLLECTOR.findall(config.spark.conf.get("spark.driver.extraJavaOptions", "")))
-    added = set(_COLLECTOR.findall(config.spark.available_now_java_options or ""))
-    if own and added and own != added:
-        raise ConfigError(
-            "spark.available_now_java_options",
-            f"names the {', '.join(sorted(added))} collector, spark.driver.extraJavaOptions the "
-            f"{', '.join(sorted(own))} one: a JVM given two does not start",
-        )
+    for key, options in (("spark.available_now_java_options", config.spark.available_now_java_options),
+                         ("spark.stream_java_options", config.spark.stream_java_options)):
+        added = set(_COLLECTOR.findall(options or ""))
+        if own and added and own != added:
+            raise ConfigError(
+                key,
+                f"names the {', '.join(sorted(added))} collector, spark.driver.extraJavaOptions the "
+                f"{', '.join(sorted(own))} one: a JVM given two does not start",
+            )
 
 
 def _check_recovery(config: JobConfig) -> None:

@@ -1,13 +1,14 @@
 """The driver JVM's options (app/spark.py): the config's own, then its class archive's when that file exists, then
-an --available-now run's own, given only while the topics' records are within their limit (app/job.py
-`use_available_now_options`, counted in Kafka before the JVM starts); the session-up line's account of the JVM; and
-the JVM's times at a query's end."""
+a stream's own, or an --available-now run's own, given only while the topics' records are within their limit
+(app/job.py `use_available_now_options`, counted in Kafka before the JVM starts); the session-up line's account of
+the JVM; and the JVM's times at a query's end."""
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +21,11 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig, KafkaConfig, SparkConfig, parse_config
-from app.errors import ConfigError
+from app.errors import ConfigError, required
 from app.job import use_available_now_options
 from app.spark import (
     class_archive_options,
+    describe_jvm,
     driver_java_options,
     jvm_class,
     jvm_started,
@@ -33,7 +35,7 @@ from app.spark import (
     session_conf,
 )
 from app.wire.source import UncountedError, retained_records
-from tests.conftest import LOCAL_CONF, RUN_ID
+from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
 from tests.support.cdc import KAFKA_BOOTSTRAP
 
 JIT = "-XX:TieredStopAtLevel=1"
@@ -69,6 +71,26 @@ def test_an_available_now_run_adds_its_options_last(tmp_path: Path) -> None:
     assert driver_java_options(SparkConfig(available_now_java_options=quick), with_available_now_options=True) == quick
 
 
+def test_a_stream_adds_its_own_options_last_and_an_available_now_run_does_not(tmp_path: Path) -> None:
+    archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"archive")
+    c2 = "-XX:Tier4InvocationThreshold=50000"
+    spark = SparkConfig(class_archive=str(archive), available_now_java_options=QUICK, stream_java_options=c2,
+                        conf={"spark.driver.extraJavaOptions": "-Dx=1"})
+    assert driver_java_options(spark, stream=True) == f"-Dx=1 {class_archive_options(archive)} {c2}"
+    assert driver_java_options(spark, with_available_now_options=True) == \
+        f"-Dx=1 {class_archive_options(archive)} {QUICK}"
+    assert driver_java_options(spark) == f"-Dx=1 {class_archive_options(archive)}"  # a large backlog's: neither
+    assert session_conf(spark, None, stream=True)["spark.driver.extraJavaOptions"].endswith(c2)
+    assert driver_java_options(SparkConfig(stream_java_options=c2), stream=True) == c2
+
+
+def test_the_shipped_local_config_gives_a_stream_c2s_raised_thresholds() -> None:
+    spark = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
+    assert "-XX:Tier4InvocationThreshold=" in driver_java_options(spark, stream=True)
+    assert "Tier4" not in driver_java_options(spark, with_available_now_options=True)
+
+
 def test_two_collectors_are_a_config_error() -> None:
     raw = yaml.safe_load(LOCAL_CONF.read_text())
     raw["spark"]["available_now_java_options"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -79,6 +101,11 @@ def test_two_collectors_are_a_config_error() -> None:
     assert "Serial" in str(error.value) and "G1" in str(error.value)
     raw["spark"]["conf"]["spark.driver.extraJavaOptions"] = "-XX:+UseSerialGC -Dx=1"  # the same one: fine
     assert parse_config(raw).spark.available_now_java_options == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    raw["spark"]["stream_java_options"] = "-XX:+UseParallelGC"  # a stream's options likewise
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw)
+    assert error.value.key == "spark.stream_java_options"
+    assert "Parallel" in str(error.value) and "Serial" in str(error.value)
 
 
 def test_a_limit_of_records_needs_the_options_it_limits() -> None:
@@ -194,6 +221,41 @@ def test_the_session_names_its_jvms_compilers_and_collector(spark: SparkSession)
         assert "compilers C1 only" in summary
     if "-XX:+UseSerialGC" in arguments:
         assert summary.endswith("collector Serial")
+
+
+def test_the_session_line_names_c2s_raised_threshold() -> None:
+    def jvm(**flags: str) -> str:
+        return describe_jvm(lambda name: {"Tier4InvocationThreshold": "5000", "UseG1GC": "true", **flags}.get(name, ""))
+
+    assert jvm() == "no driver class archive, compilers C1 and C2, collector G1"
+    assert jvm(Tier4InvocationThreshold="50000") == \
+        "no driver class archive, compilers C1 and C2 (C2 from 50000 calls), collector G1"
+    assert "compilers C1 only," in jvm(TieredStopAtLevel="1", Tier4InvocationThreshold="50000")  # no C2 to name
+    assert "compilers C2 only," in jvm(TieredCompilation="false")
+
+
+def test_submit_gives_a_stream_its_options_and_an_available_now_run_its_own(tmp_path: Path) -> None:
+    """scripts/submit.sh's spark-submit line, for a stream and an --available-now run of conf/local.yaml (whose
+    limit of records the stack's topics may pass: then neither gets options of its own). SPARK_HOME points pyspark's
+    spark-submit at a spark-class that prints its arguments instead of starting Spark."""
+    spark_class = tmp_path / "bin" / "spark-class"
+    spark_class.parent.mkdir()
+    spark_class.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    spark_class.chmod(0o755)
+    env = {**os.environ, "SPARK_HOME": str(tmp_path), "METASTORE_PASSWORD": "x"}
+
+    def submitted(*args: str) -> list[str]:
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "submit.sh"), "--conf", str(LOCAL_CONF), *args],
+                              env=env, capture_output=True, text=True, timeout=120, check=True)
+        return done.stdout.splitlines()
+
+    stream = submitted()
+    assert "--driver-java-options" in stream, stream
+    options = stream[stream.index("--driver-java-options") + 1]
+    local = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
+    assert options.endswith(required(local.stream_java_options, "conf/local.yaml's stream options")), options
+    available_now = submitted("--available-now")
+    assert not any("Tier4" in arg for arg in available_now), available_now
 
 
 def test_the_jvms_times_grow_with_its_work(spark: SparkSession) -> None:
