@@ -183,8 +183,9 @@ def run(
     log.info("job code %s, config %s", Path(app.__file__).parent, conf_file)
     # Under spark-submit the driver is up before this runs: scripts/submit.sh chose its options.
     quick = not jvm_started() and use_available_now_options(config, available_now)
+    stream = not jvm_started() and not available_now
     spark = build_session("cdc-lakehouse", config.spark, config.metastore, with_available_now_options=quick,
-                          stream=not available_now)
+                          stream=stream)
     spark.sparkContext.setLogLevel("WARN")
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
     processor.metrics = metrics = JobMetrics(spark, config)

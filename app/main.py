@@ -36,7 +36,9 @@ log = logging.getLogger("app.main")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # No abbreviations: scripts/submit.sh tells a stream from an --available-now run by the flag's full name.
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument(
         "--conf", required=True, help="YAML job config: a path (conf/local.yaml) or an s3:// or s3a:// URI"
     )

@@ -207,7 +207,7 @@ def describe_jvm(flag: Callable[[str], str]) -> str:
         compilers = "C1 only" if level.isdigit() and int(level) < 4 else "C1 and C2"
         threshold = flag("Tier4InvocationThreshold")
         if compilers == "C1 and C2" and threshold not in ("", DEFAULT_TIER4_INVOCATIONS):  # spark.stream_java_options
-            compilers += f" (C2 from {threshold} calls)"
+            compilers += f" (C2 threshold {threshold} calls)"
     collectors = [name for name in ("Serial", "Parallel", "G1", "Z", "Shenandoah") if flag(f"Use{name}GC") == "true"]
     archive = flag("SharedArchiveFile")
     archive = f"driver class archive {archive}" if archive else "no driver class archive"

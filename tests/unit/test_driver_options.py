@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from app import job
 from app.config import JobConfig, KafkaConfig, SparkConfig, parse_config
 from app.errors import ConfigError, required
 from app.job import use_available_now_options
@@ -89,6 +91,33 @@ def test_the_shipped_local_config_gives_a_stream_c2s_raised_thresholds() -> None
     spark = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
     assert "-XX:Tier4InvocationThreshold=" in driver_java_options(spark, stream=True)
     assert "Tier4" not in driver_java_options(spark, with_available_now_options=True)
+
+
+class _Built(Exception):
+    """Raised by the stand-in session builder once it has seen what the job asked for."""
+
+
+def test_the_job_asks_for_a_streams_options_only_when_it_starts_the_jvm_for_a_stream(
+    local_config: JobConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """app/job.py `run` up to its session: what it hands `build_session` (no count of records: the config has no
+    --available-now options), for a stream and an --available-now run in a process whose JVM is not up yet, and
+    for a stream whose JVM is (spark-submit's driver): its options were chosen by scripts/submit.sh."""
+    asked: list[dict[str, Any]] = []
+
+    def build_session(*args: Any, **kwargs: Any) -> None:
+        asked.append(kwargs)
+        raise _Built
+
+    config = dataclasses.replace(local_config, spark=dataclasses.replace(
+        local_config.spark, available_now_java_options=None, available_now_java_options_max_records=None))
+    monkeypatch.setattr(job, "build_session", build_session)
+    for jvm_up, available_now in ((False, False), (False, True), (True, False)):
+        monkeypatch.setattr(job, "jvm_started", lambda up=jvm_up: up)
+        with pytest.raises(_Built):
+            job.run(config, "conf.yaml", available_now=available_now)
+    assert [a["stream"] for a in asked] == [True, False, False]
+    assert [a["with_available_now_options"] for a in asked] == [False, False, False]
 
 
 def test_two_collectors_are_a_config_error() -> None:
@@ -229,9 +258,10 @@ def test_the_session_line_names_c2s_raised_threshold() -> None:
 
     assert jvm() == "no driver class archive, compilers C1 and C2, collector G1"
     assert jvm(Tier4InvocationThreshold="50000") == \
-        "no driver class archive, compilers C1 and C2 (C2 from 50000 calls), collector G1"
+        "no driver class archive, compilers C1 and C2 (C2 threshold 50000 calls), collector G1"
     assert "compilers C1 only," in jvm(TieredStopAtLevel="1", Tier4InvocationThreshold="50000")  # no C2 to name
-    assert "compilers C2 only," in jvm(TieredCompilation="false")
+    assert "compilers C2 only," in jvm(TieredCompilation="false", Tier4InvocationThreshold="50000")  # no tiers
+    assert "compilers C1 and C2," in jvm(Tier4InvocationThreshold="")  # a JVM without the flag
 
 
 def test_submit_gives_a_stream_its_options_and_an_available_now_run_its_own(tmp_path: Path) -> None:
