@@ -117,6 +117,11 @@ def _driver_for(jdbc_url: str) -> str:
 # jobs queue behind another's.
 SCHEDULING_CONF = {"spark.scheduler.mode": "FAIR"}
 SAX_DRIVER = ("org.xml.sax.driver", "com.sun.org.apache.xerces.internal.parsers.SAXParser")  # the JDK's own
+# Hudi sizes the records of a merge with the JOL library it bundles, whose first use in a JVM tries to attach
+# HotSpot's Serviceability Agent to it: refused without ptrace rights, after about 2 s and 2.4 CPU-s (once per JVM,
+# at its first merge: the first update of a Copy-on-Write file, say). Told to skip it, JOL reads the same layout
+# from the JVM itself.
+JOL_NO_AGENT = ("jol.skipHotspotSAAttach", "true")
 
 
 def session_conf(
@@ -282,10 +287,12 @@ def build_session(
     # after one search (2.0 ms against 1.0 ms a call here, and a batch builds thousands of columns).
     java_import(required(session.sparkContext._jvm, "the Spark JVM gateway"), "org.apache.spark.sql.functions")
     # The AWS SDK makes a SAX parser for every S3 listing response; unnamed, finding one searches every jar on the
-    # class path for a service entry each time. Named here, in the driver (where Hudi lists), unless set already.
+    # class path for a service entry each time. Named here, in the driver (where Hudi lists), unless set already;
+    # likewise `JOL_NO_AGENT`, read at JOL's first use (in local mode the driver runs the merges too).
     system = jvm_class(session, "java.lang.System")
-    if system.getProperty(SAX_DRIVER[0]) is None:
-        system.setProperty(*SAX_DRIVER)
+    for key, value in (SAX_DRIVER, JOL_NO_AGENT):
+        if system.getProperty(key) is None:
+            system.setProperty(key, value)
     log.info("spark %s session up (master %s, %s)", session.version, session.sparkContext.master, jvm_summary(session))
     return session
 

@@ -6,10 +6,11 @@ baseline of scripts/bench/naive.py with a 1-second trigger). Once the job has cr
 thread runs `rate` transactions a second for `duration` seconds: each inserts a new row into one table, or into
 two (a transaction spanning tables), and most also update or delete an earlier row.
 A transaction's commit time is the moment its COMMIT returns to the workload (the same clock as the job's; at
-most a round trip after PostgreSQL's commit). A watcher lists every table's timeline each half second, so the
-completion time of each Hudi commit is known even after archival moves it; an inserted row's
-`_hoodie_commit_time` is the begin time of the commit that first held it (a row the workload never touches again
-keeps it). Freshness of a transaction = the latest completion among the commits holding its rows - its commit.
+most a round trip after PostgreSQL's commit). A watcher lists every table's timeline every `POLL_S` seconds, so the
+completion time of each Hudi commit (in its completed instant's file name) is known even after archival moves it;
+an inserted row's `_hoodie_commit_time` is the begin time of the commit that first held it (a row the workload
+never touches again keeps it). Freshness of a transaction = the latest completion among the commits holding its
+rows - its commit.
 
 The run is invalid below 95% of the asked rate, and fails when a transaction is not in Silver 60 s after the
 workload ends, or when a table then differs from PostgreSQL.
@@ -42,6 +43,11 @@ log = logging.getLogger("bench.freshness")
 ROOT = Path(__file__).resolve().parents[2]
 SEED_ROWS = 2000
 SETTLE_S = 60.0
+# How often the watcher lists the timelines. A completed instant's file name holds its completion time, so a longer
+# interval loses no precision; archival keeps at least the newest 10 commits of a table (`hoodie.keep.min.commits`),
+# so none goes unseen. Fewer listings leave more of the machine to the job the bench measures.
+POLL_S = 2.0
+HISTORY_EVERY = 5  # polls between listings of the timeline's history (archival's manifests): every 10 s
 
 
 @dataclasses.dataclass
@@ -51,7 +57,7 @@ class Transaction:
 
 
 class TimelineWatcher(threading.Thread):
-    """Lists each table's timeline every half second: {table path: {begin instant: completion epoch seconds}}
+    """Lists each table's timeline every `POLL_S` seconds: {table path: {begin instant: completion epoch seconds}}
     of its writes, and the table services seen: completed cleans and compactions, and the files archival wrote
     to the timeline's history (its LSM layout: a new manifest at each archival), listed every 10 s."""
 
@@ -66,9 +72,9 @@ class TimelineWatcher(threading.Thread):
     def run(self) -> None:
         polls = 0
         while not self.stop.is_set():
-            self.poll(history=polls % 20 == 0)
+            self.poll(history=polls % HISTORY_EVERY == 0)
             polls += 1
-            self.stop.wait(0.5)
+            self.stop.wait(POLL_S)
 
     def poll(self, history: bool = False) -> None:
         for path in self.paths:
