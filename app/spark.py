@@ -117,10 +117,11 @@ def _driver_for(jdbc_url: str) -> str:
 # jobs queue behind another's.
 SCHEDULING_CONF = {"spark.scheduler.mode": "FAIR"}
 SAX_DRIVER = ("org.xml.sax.driver", "com.sun.org.apache.xerces.internal.parsers.SAXParser")  # the JDK's own
-# Hudi sizes the records of a merge with the JOL library it bundles, whose first use in a JVM tries to attach
-# HotSpot's Serviceability Agent to it: refused without ptrace rights, after about 2 s and 2.4 CPU-s (once per JVM,
-# at its first merge: the first update of a Copy-on-Write file, say). Told to skip it, JOL reads the same layout
-# from the JVM itself.
+# Hudi sizes the records it merges with the JOL library it bundles, whose first use in a JVM tries to attach
+# HotSpot's Serviceability Agent to it, starting helper JVMs with this one's class path: refused without ptrace
+# rights, after 2 s or more and 2.4 CPU-s (once per JVM, at its first merge: the first update of a Copy-on-Write
+# file, say). Told to skip it, JOL works the layout out by experiment in the JVM (the sizes measured were the same)
+# and prints one warning line saying it skipped the agent.
 JOL_NO_AGENT = ("jol.skipHotspotSAAttach", "true")
 
 
@@ -288,7 +289,8 @@ def build_session(
     java_import(required(session.sparkContext._jvm, "the Spark JVM gateway"), "org.apache.spark.sql.functions")
     # The AWS SDK makes a SAX parser for every S3 listing response; unnamed, finding one searches every jar on the
     # class path for a service entry each time. Named here, in the driver (where Hudi lists), unless set already;
-    # likewise `JOL_NO_AGENT`, read at JOL's first use (in local mode the driver runs the merges too).
+    # likewise `JOL_NO_AGENT`, read at JOL's first use: in local mode the driver runs the merges too, while a
+    # cluster's executors need it in spark.executor.extraJavaOptions (docs/running.md).
     system = jvm_class(session, "java.lang.System")
     for key, value in (SAX_DRIVER, JOL_NO_AGENT):
         if system.getProperty(key) is None:

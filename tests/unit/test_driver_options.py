@@ -254,8 +254,8 @@ def test_the_session_names_its_jvms_compilers_and_collector(spark: SparkSession)
 
 def test_the_session_tells_hudis_jol_not_to_attach_its_agent(spark: SparkSession) -> None:
     """Hudi sizes a merge's records with the JOL it bundles; unless told, JOL's first use in a JVM tries to attach
-    HotSpot's Serviceability Agent (about 2 s, refused without ptrace rights). The session tells it, and JOL still
-    sizes objects, from the JVM itself."""
+    HotSpot's Serviceability Agent (2 s or more, refused without ptrace rights). The session tells it, and JOL
+    still sizes objects."""
     assert jvm_class(spark, "java.lang.System").getProperty("jol.skipHotspotSAAttach") == "true"
     calculator = jvm_class(spark, "org.apache.hudi.common.util.ObjectSizeCalculator")
     assert calculator.getObjectSize(jvm_class(spark, "java.util.HashMap")()) > 0
