@@ -47,7 +47,7 @@ SETTLE_S = 60.0
 # interval loses no precision; archival keeps at least the newest 10 commits of a table (`hoodie.keep.min.commits`),
 # so none goes unseen. Fewer listings leave more of the machine to the job the bench measures.
 POLL_S = 2.0
-HISTORY_EVERY = 5  # polls between listings of the timeline's history (archival's manifests): every 10 s
+HISTORY_EVERY = 5  # polls between listings of the timeline's history (archival's manifests)
 
 
 @dataclasses.dataclass
@@ -59,7 +59,8 @@ class Transaction:
 class TimelineWatcher(threading.Thread):
     """Lists each table's timeline every `POLL_S` seconds: {table path: {begin instant: completion epoch seconds}}
     of its writes, and the table services seen: completed cleans and compactions, and the files archival wrote
-    to the timeline's history (its LSM layout: a new manifest at each archival), listed every 10 s."""
+    to the timeline's history (its LSM layout: a new manifest at each archival), listed every `HISTORY_EVERY`
+    polls."""
 
     def __init__(self, spark: SparkSession, paths: list[str], zone: ZoneInfo) -> None:
         super().__init__(daemon=True, name="timeline-watcher")
