@@ -116,6 +116,12 @@ def _driver_for(jdbc_url: str) -> str:
 # scheduler pool of their own: FAIR shares the executors between the pools, where FIFO would let one table's
 # jobs queue behind another's.
 SCHEDULING_CONF = {"spark.scheduler.mode": "FAIR"}
+# Spark keeps the classes it compiles for a plan's generated code in a cache keyed by the code and the class loader,
+# 100 entries by default, split by hash into four parts that each evict their least recently used entry. A batch of
+# a 3-table stream asks for 91 classes; in half the runs measured one part got more than its 25 and compiled its
+# classes again in every batch (308 compilations against 91 in a 4-minute run; docs/performance.md). Static: it must
+# be set before the session starts.
+CODEGEN_CONF = {"spark.sql.codegen.cache.maxEntries": "1000"}
 SAX_DRIVER = ("org.xml.sax.driver", "com.sun.org.apache.xerces.internal.parsers.SAXParser")  # the JDK's own
 # Hudi sizes the records it merges with the JOL library it bundles, whose first use in a JVM tries to attach
 # HotSpot's Serviceability Agent to it, starting helper JVMs with this one's class path: refused without ptrace
@@ -132,7 +138,9 @@ def session_conf(
     """Every Spark setting the job's session gets, in the order later entries override earlier ones; `hudi_sql`:
     with Hudi's SQL extension and catalog (`HUDI_SQL_CONF`); `with_available_now_options`, `stream`: the driver's
     options with `spark.available_now_java_options`, `spark.stream_java_options` (`driver_java_options`)."""
-    conf: dict[str, str] = {**HUDI_CONF, **(HUDI_SQL_CONF if hudi_sql else {}), **LAKE_CONF, **SCHEDULING_CONF}
+    conf: dict[str, str] = {
+        **HUDI_CONF, **(HUDI_SQL_CONF if hudi_sql else {}), **LAKE_CONF, **SCHEDULING_CONF, **CODEGEN_CONF,
+    }
     if spark.jars_dir:
         jars = jar_paths(spark.jars_dir)
         # On the driver's system classpath, set before the JVM starts (pyspark launches it with this conf): the

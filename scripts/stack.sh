@@ -107,9 +107,11 @@ wait_for() { # wait_for NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
   local start=$SECONDS
   until "$@" >/dev/null 2>&1; do
+    # The pause comes first: right after `cmd &` the pid may still be the forked shell, not yet the server it
+    # executes, and `alive` would call a starting server dead (seen with gofakes3, which answers within a second).
+    sleep 1
     if ! alive "$name"; then die "$name exited while starting; see $LOGS/$name.log"; fi
     if (( SECONDS - start > secs )); then die "$name not ready after ${secs}s; see $LOGS/$name.log"; fi
-    sleep 1
   done
   log "$name ready after $((SECONDS - start))s"
 }
