@@ -18,7 +18,7 @@ from app.cdc.columns import (
     TOPIC_COL,
 )
 from app.cdc.unavailable import filter_current_rows, with_current_rows
-from app.cdc.unwrap import filter_latest, with_carried_values, with_latest_flag
+from app.cdc.unwrap import filter_latest, with_carried_values, with_key_errors, with_latest_flag
 from app.errors import required
 from app.routing.catalog import PartitionRoots
 from app.routing.route import TableRoute
@@ -109,10 +109,11 @@ class TablePlan:
         return condition
 
     def judged_df(self, ledger_df: DataFrame | None = None) -> DataFrame:
-        """The events with the latest one per record key flagged, and the delete ledger's verdict."""
+        """The events with the latest one per record key flagged, and the delete ledger's verdict; a key Hudi cannot
+        store is an error (with_key_errors)."""
         events_df = required(self.events_df, f"{self.route.qualified_name}: the events")
         key = required(self.record_key, f"{self.route.qualified_name}: the record key")
-        flagged_df = events_df.transform(with_latest_flag, key)
+        flagged_df = events_df.transform(with_key_errors, key).transform(with_latest_flag, key)
         return with_ledger_verdict(flagged_df, ledger_df, key)
 
     def carried_df(self, judged_df: DataFrame, current_df: DataFrame | None = None) -> DataFrame:

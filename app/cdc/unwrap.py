@@ -15,12 +15,15 @@
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType
 
 from app.cdc.columns import (
     DELETED_COL,
@@ -65,6 +68,7 @@ NULL_IMAGE: Final = "null_image"
 MISSING_KEY: Final = "missing_key"
 KEY_FRAMING: Final = "key_framing"
 KEY_SCHEMA: Final = "key_schema_mismatch"
+EMPTY_KEY: Final = "empty_key"
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,24 @@ def with_event_errors(df: DataFrame, envelope: bool, keys: KeyCheck = NO_KEY_CHE
             error_struct(KEY_SCHEMA, F.lit(reason)),
         )
     return df.withColumn(ERROR_COL, error.otherwise(no_error()))
+
+
+def with_key_errors(df: DataFrame, key_columns: Sequence[str]) -> DataFrame:
+    """Set `_cdc_error` (unless set) on a data change whose record key is null or empty (an empty string or byte
+    string) in every column: Hudi's key generators refuse such a key, and its write would fail for the whole table
+    (a primary key of '' in PostgreSQL, or a configured `record_key` column holding null). Other events keep
+    flowing; these go to the dead letters."""
+    types = {f.name: f.dataType for f in df.schema.fields}
+    missing = [
+        F.col(c).isNull() | (F.length(c) == 0) if isinstance(types[c], StringType | BinaryType) else F.col(c).isNull()
+        for c in key_columns
+    ]
+    empty = F.col(OP_COL).isin(*DATA_OPS) & reduce(operator.and_, missing)
+    error = F.col(ERROR_COL) if ERROR_COL in df.columns else no_error()
+    names = ", ".join(key_columns)
+    return df.withColumn(ERROR_COL, F.when(error.isNull() & empty, error_struct(EMPTY_KEY, F.lit(
+        f"the record key ({names}) is null or empty in every column: Hudi cannot store a row without a key"
+    ))).otherwise(error))
 
 
 def filter_data_changes(df: DataFrame, truncates: bool = False) -> DataFrame:

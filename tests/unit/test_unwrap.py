@@ -31,6 +31,7 @@ from app.cdc.columns import ERROR_COL
 from app.cdc.debezium_types import with_debezium_types
 from app.cdc.position import MYSQL, POSTGRESQL
 from app.cdc.unwrap import (
+    EMPTY_KEY,
     KEY_FRAMING,
     KEY_SCHEMA,
     MISSING_KEY,
@@ -45,6 +46,7 @@ from app.cdc.unwrap import (
     unwrap_envelope,
     unwrap_flattened,
     with_event_errors,
+    with_key_errors,
     with_latest_flag,
 )
 from app.errors import EnvelopeError
@@ -525,6 +527,42 @@ def test_keys_are_not_checked_when_the_record_key_is_configured(spark: SparkSess
     checked_df = spark.createDataFrame(rows, KEYED_SCHEMA).transform(with_event_errors, True, KeyCheck())
 
     assert _kinds(checked_df) == [(5, None)]
+
+
+KEYS_SCHEMA = StructType([
+    StructField("_kafka_offset", LongType(), True),
+    StructField("_cdc_op", StringType(), True),
+    StructField("code", StringType(), True),
+    StructField("raw", BinaryType(), True),
+    StructField("n", IntegerType(), True),
+    StructField(ERROR_COL, KEYED_SCHEMA[ERROR_COL].dataType, True),
+])
+
+
+@pytest.mark.parametrize("key", [("code",), ("raw",), ("n",), ("code", "raw", "n")])
+def test_a_key_hudi_cannot_store_is_an_error(spark: SparkSession, key: tuple[str, ...]) -> None:
+    """Hudi's key generators refuse a key that is null or empty in every column (its whole write would fail): such
+    a data change is an `empty_key` error; a key empty in some columns only is stored (Hudi writes `__empty__`)."""
+    rows = [
+        (1, "c", "", b"", None, None),
+        (2, "u", "", b"", None, None),
+        (3, "d", None, None, None, None),
+        (4, "c", "a", b"\x00", 0, None),
+        (5, "c", " ", b"\x00\x00", -1, None),
+        (6, "t", None, None, None, None),  # a truncate has no key
+        (7, "c", "", b"", None, ("decode", "the body")),  # an earlier error stays
+        (8, "r", "", b"x", None, None),  # empty in some of the columns
+    ]
+
+    checked_df = spark.createDataFrame(rows, KEYS_SCHEMA).transform(with_key_errors, list(key))
+
+    kinds = {r["_kafka_offset"]: r[ERROR_COL] and r[ERROR_COL]["kind"] for r in checked_df.collect()}
+    composite = len(key) > 1
+    assert kinds == {1: EMPTY_KEY, 2: EMPTY_KEY, 3: EMPTY_KEY, 4: None, 5: None, 6: None, 7: "decode",
+                     8: None if composite or key == ("raw",) else EMPTY_KEY}
+    first = checked_df.filter(F.col("_kafka_offset") == 1).first()
+    assert first is not None
+    assert f"record key ({', '.join(key)}) is null or empty in every column" in first[ERROR_COL]["message"]
 
 
 def test_an_event_in_error_neither_orders_nor_hides_its_keys_latest_event(spark: SparkSession) -> None:
