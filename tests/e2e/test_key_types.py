@@ -1,4 +1,4 @@
-"""Primary keys of every common PostgreSQL type, through the real Debezium connector, equal the source.
+"""Primary keys of every common PostgreSQL and MariaDB type, through the real Debezium connectors, equal the source.
 
 A record key is a value Hudi turns into text (its key generator) and the delete ledger into JSON: a key whose text
 changed between the insert and the update would leave a row twice, and one Hudi cannot turn into text would fail
@@ -6,7 +6,7 @@ the table's write. Each table below has a primary key of one type (or a composit
 characters Hudi's composite keys are joined with, and empty strings), rows of edge values, and a `v` unique per row.
 After the snapshot, and after a second batch that updates every row, deletes two and re-inserts one deleted key,
 each Silver table holds exactly PostgreSQL's rows: the same keys (compared as PostgreSQL's text of them, timestamps
-as microseconds since the epoch) and `v`.
+as microseconds since the epoch) and `v`. The MariaDB tables go through the same two batches.
 
 A key that is empty in every column (a text or bytea primary key of '') is one Hudi refuses: its changes go to the
 dead letters (`empty_key`), and the rest of its table and the other tables are written.
@@ -23,15 +23,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+import pymysql
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, TimestampType
 
 from app.config import JobConfig
 from app.sink.deadletters import dead_letter_target
 from tests.conftest import RUN_ID
-from tests.support.cdc import debezium_connector, job_config_for, read_topic
+from tests.support.cdc import MARIADB_ROOT, debezium_connector, job_config_for, mariadb_connector, read_topic
 from tests.support.pipeline import Pipeline, source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -199,3 +200,125 @@ def test_updates_deletes_and_a_reinsert_of_every_key_type(pipeline: Pipeline, pg
     pipeline.run()
     assert_tables_match(pipeline, pg_conn)
     assert_empty_keys_dead_lettered(pipeline, 1)
+
+
+# ---- MariaDB ---------------------------------------------------------------------------------------------------
+
+MARIA_DB = f"mkt_{RUN_ID}"
+MARIA_PREFIX = f"mkt{RUN_ID}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MariaKey:
+    """A key column: its type, and its canonical text in MariaDB's SQL and in Spark's."""
+
+    name: str
+    type: str
+    kind: str = "text"  # text | hex | micros
+
+    def sql(self) -> str:
+        if self.kind == "hex":
+            return f"lower(hex({self.name}))"
+        if self.kind == "micros":
+            return f"cast(timestampdiff(microsecond, '1970-01-01 00:00:00', {self.name}) as char)"
+        return f"cast({self.name} as char)"
+
+    def spark(self, column: str) -> Column:
+        if self.kind == "hex":
+            return F.lower(F.hex(column))
+        if self.kind == "micros":
+            return F.unix_micros(column).cast("string")
+        return F.col(column).cast("string")
+
+
+MARIA_TABLES: dict[str, tuple[tuple[MariaKey, ...], tuple[str, ...]]] = {
+    "k_varchar": ((MariaKey("k", "varchar(20)"),), ("'a'", "''", "' x'", "'__empty__'", "'€'")),
+    "k_varbinary": ((MariaKey("k", "varbinary(8)", "hex"),), ("x'00'", "x''", "x'0000'", "x'ff'")),
+    "k_decimal": ((MariaKey("k", "decimal(12,3)"),), ("0", "1.5", "-1.5", "123456789.123")),
+    "k_datetime": ((MariaKey("k", "datetime(6)", "micros"),), ("'1000-01-01 00:00:00'", "'1970-01-01 00:00:00'",
+                                                             "'2024-03-10 02:30:00.000001'", "'9999-12-31 23:59:59'")),
+    "k_timestamp": ((MariaKey("k", "timestamp(3)", "micros"),), ("'1970-01-02 00:00:00'", "'2024-11-03 08:30:00.5'",
+                                                                "'2038-01-19 03:14:07'")),
+    "k_date": ((MariaKey("k", "date"),), ("'1000-01-01'", "'1970-01-01'", "'2024-02-29'")),
+    "k_enum": ((MariaKey("k", "enum('sad','ok','happy')"),), ("'sad'", "'ok'", "'happy'")),
+    "k_year": ((MariaKey("k", "year"),), ("1901", "2000", "2155")),
+    "k_char": ((MariaKey("k", "char(4)"),), ("'ab'", "'ab c'", "'x'")),
+    "k_composite": ((MariaKey("a", "varchar(10)"), MariaKey("b", "int")), ("'x', 1", "'', 1", "'x', -1", "'y,b', 0")),
+}
+
+
+@pytest.fixture(scope="module")
+def maria(stack: None) -> Iterator[pymysql.Connection]:
+    conn = pymysql.connect(**MARIADB_ROOT, autocommit=True, charset="utf8mb4")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("set time_zone = '+00:00'")  # TIMESTAMP values read as UTC
+            cur.execute(f"drop database if exists {MARIA_DB}")
+            cur.execute(f"create database {MARIA_DB}")
+            for table, (keys, values) in MARIA_TABLES.items():
+                columns = ", ".join(f"{k.name} {k.type}" for k in keys)
+                cur.execute(f"create table {MARIA_DB}.{table} ({columns}, v int not null, "
+                            f"primary key ({', '.join(k.name for k in keys)}))")
+                cur.execute(f"insert into {MARIA_DB}.{table} values "
+                            + ", ".join(f"({row}, {n})" for n, row in enumerate(values)))
+        yield conn
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"drop database if exists {MARIA_DB}")
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def maria_pipeline(
+    spark: SparkSession, local_config: JobConfig, maria: pymysql.Connection, lake_root: str
+) -> Iterator[Pipeline]:
+    with mariadb_connector(f"mkt-{RUN_ID}", MARIA_PREFIX, [MARIA_DB]):
+        config = job_config_for(local_config, MARIA_PREFIX, MARIA_DB, f"{lake_root}/maria_key_types")
+        assert config.source is not None
+        config = dataclasses.replace(config, source=dataclasses.replace(config.source, connector="mariadb"))
+        yield Pipeline.of(spark, config)
+
+
+def wait_maria_records(per_table: Callable[[int], int]) -> None:
+    """Until each table's topic holds at least `per_table(its row count at the start)` records."""
+    deadline = time.monotonic() + 120
+    for table, (_, values) in MARIA_TABLES.items():
+        topic = f"{MARIA_PREFIX}.{MARIA_DB}.{table}"
+        while len(records := read_topic(topic)) < per_table(len(values)):
+            assert time.monotonic() < deadline, f"{topic}: {len(records)} records, expected {per_table(len(values))}"
+            time.sleep(0.5)
+
+
+def assert_maria_tables_match(p: Pipeline, conn: pymysql.Connection) -> None:
+    problems = []
+    for table, (keys, _) in MARIA_TABLES.items():
+        with conn.cursor() as cur:
+            cur.execute(f"select {', '.join(k.sql() for k in keys)}, v from {MARIA_DB}.{table}")
+            expected = {row[-1]: tuple(row[:-1]) for row in cur.fetchall()
+                        if not all(k in ("", None) for k in row[:-1])}
+        silver_df = p.spark.read.format("hudi").load(p.config.lake.table_path(f"{MARIA_DB}_{table}"))
+        actual = [(r["v"], tuple(r[k.name] for k in keys))
+                  for r in silver_df.select("v", *[k.spark(k.name).alias(k.name) for k in keys]).collect()]
+        if sorted(v for v, _ in actual) != sorted(expected):
+            problems.append(f"{table}: v {sorted(v for v, _ in actual)} != {sorted(expected)}")
+            continue
+        problems += [f"{table} v={v}: key {key} != {expected[v]}" for v, key in actual if key != expected[v]]
+    assert not problems, "\n".join(problems)
+
+
+def test_mariadb_keys_of_every_type(maria_pipeline: Pipeline, maria: pymysql.Connection) -> None:
+    wait_maria_records(lambda n: n)
+    maria_pipeline.run()
+    assert_maria_tables_match(maria_pipeline, maria)
+    stats = maria_pipeline.processor.last_stats
+    assert {t: stats[f"{MARIA_DB}.{MARIA_DB}_{t}"].dead_letters for t in MARIA_TABLES} == {
+        t: 1 if t in ("k_varchar", "k_varbinary") else 0 for t in MARIA_TABLES}
+
+    with maria.cursor() as cur:
+        for table, (_, values) in MARIA_TABLES.items():
+            cur.execute(f"update {MARIA_DB}.{table} set v = v + 100")
+            cur.execute(f"delete from {MARIA_DB}.{table} where v in (100, 102)")
+            cur.execute(f"insert into {MARIA_DB}.{table} values ({values[0]}, 1000)")
+    wait_maria_records(lambda n: 2 * n + 5)
+    maria_pipeline.run()
+    assert_maria_tables_match(maria_pipeline, maria)
