@@ -37,6 +37,7 @@ WEIGHT_S: dict[str, float] = {
     "tests/e2e/test_toast_deletes.py": 128,
     "tests/e2e/test_key_types.py": 235,
     "tests/e2e/test_column_names.py": 45,
+    "tests/e2e/test_wide_table.py": 60,
     "tests/e2e/test_quarantine_replay.py": 110,
     "tests/e2e/test_snapshots.py": 140,
     "tests/e2e/test_source_growth.py": 220,
