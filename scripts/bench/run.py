@@ -57,6 +57,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -837,8 +838,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def stop_on_sigterm() -> None:
+    """A SIGTERM (a CI timeout, `kill`) ends the bench as Ctrl-C does, through its `finally` blocks and context
+    managers: the job it started is stopped, and its connector, replication slot, publication and schema removed
+    (scripts/bench/source.py), instead of being left behind."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    stop_on_sigterm()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load_config(args.conf)
     lake = f"{config.lake.silver_path.rstrip('/')}/_bench/{uuid.uuid4().hex[:8]}"
