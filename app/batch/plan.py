@@ -81,6 +81,8 @@ class TablePlan:
     defaulted_columns: tuple[str, ...] = ()
     # The source table's columns, as the batch's writer schemas give them (not the job's own columns).
     source_columns: tuple[str, ...] = ()
+    # Whether the events hold rows derived from the table (deletes of a truncate): more than the batch's records.
+    derived_rows: bool = False
 
     def __post_init__(self) -> None:
         if not self.routes:
@@ -108,11 +110,15 @@ class TablePlan:
             )
         return condition
 
-    def judged_df(self, ledger_df: DataFrame | None = None) -> DataFrame:
+    def judged_df(self, ledger_df: DataFrame | None = None, single_partition_rows: int = 0) -> DataFrame:
         """The events with the latest one per record key flagged, and the delete ledger's verdict; a key Hudi cannot
-        store is an error (with_key_errors)."""
+        store is an error (with_key_errors). A table with at most `single_partition_rows` records in the batch (and no
+        rows derived from the table) is judged in one partition (`lake.single_partition_rows`): no shuffle for the
+        window, nor for the counts."""
         events_df = required(self.events_df, f"{self.route.qualified_name}: the events")
         key = required(self.record_key, f"{self.route.qualified_name}: the record key")
+        if self.summary.rows_in <= single_partition_rows and not self.derived_rows:
+            events_df = events_df.coalesce(1)
         flagged_df = events_df.transform(with_key_errors, key).transform(with_latest_flag, key)
         return with_ledger_verdict(flagged_df, ledger_df, key)
 

@@ -256,7 +256,7 @@ class TableWriter:
         hard = target.delete_mode == "hard"
         ledger_df = read_ledger(spark, target.ledger_path, target.record_key) if hard else None
         # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
-        judged_df = plan.judged_df(ledger_df).persist()
+        judged_df = plan.judged_df(ledger_df, self.config.lake.single_partition_rows).persist()
         recorded = False
         try:
             step.enter("count", plan.stats.steps_s)
@@ -330,8 +330,9 @@ class TableWriter:
                         "truncate that reaches the job in a later batch would stay; give a table that clears on "
                         "truncates a topic of one partition (docs/sources.md \"Truncates\")", batch_id,
                         target.qualified_name, ", ".join(map(str, partitions)))
-        return dataclasses.replace(
-            plan, events_df=with_truncate_deletes(rest_df, current_df, key, row["position"], row["ts_ms"]))
+        return dataclasses.replace(  # the table's keys too: judged in its partitions (`derived_rows`)
+            plan, events_df=with_truncate_deletes(rest_df, current_df, key, row["position"], row["ts_ms"]),
+            derived_rows=True)
 
     def _with_unread_deletes(
         self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame, ledger_df: DataFrame | None, *,
@@ -359,7 +360,7 @@ class TableWriter:
                                         counts["snapshot_end_ts_ms"])
         with_unread = dataclasses.replace(plan, events_df=events_df)
         judged_df.unpersist()
-        rejudged_df = with_unread.judged_df(ledger_df).persist()
+        rejudged_df = with_unread.judged_df(ledger_df).persist()  # the table's keys too: its partitions kept
         try:
             judged_df, counts = self._judge(with_unread, target, rejudged_df)
         except Exception:

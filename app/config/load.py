@@ -183,6 +183,7 @@ _LAKE_MINIMUMS = (
     ("retain_commits", 1, ""),
     ("clean_every_commits", 1, ""),
     ("table_writers", 1, " (1: one table after another)"),
+    ("single_partition_rows", 0, " (0: never)"),
     ("write_retries", 0, " (0: a transient write error fails the batch at once)"),
 )
 

@@ -679,6 +679,8 @@ def job_conf(checkout: Path, raw_conf: dict[str, Any], lake: str, name: str) -> 
     raw["lake"].update({"database": f"bench_runs_{name}", "silver_path": f"{root}/silver",
                         "bronze_path": f"{root}/bronze", "checkpoint_path": f"{root}/checkpoint"})
     raw["spark"]["jars_dir"] = str(ROOT / ".deps/spark")
+    if "class_archive" in raw["spark"]:  # this checkout's (a worktree has no .deps: its JVM would start without one)
+        raw["spark"]["class_archive"] = str(ROOT / raw["spark"]["class_archive"])
     conf = Path(tempfile.mkstemp(suffix=".yaml")[1])
     conf.write_text(yaml.safe_dump(raw))
     return conf

@@ -1,0 +1,42 @@
+"""A table's judged events (app/batch/plan.py `TablePlan.judged_df`): a small share of a batch in one partition."""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from app.batch.plan import TablePlan, TopicSummary
+from app.cdc.columns import LATEST_COL, OFFSET_COL, OP_COL, POSITION_COL
+from app.routing.route import TableRoute
+from app.state.stats import TableBatchStats
+
+SCHEMA = StructType([
+    StructField("id", IntegerType()), StructField("v", StringType()), StructField(OP_COL, StringType()),
+    StructField(POSITION_COL, StringType()), StructField(OFFSET_COL, LongType()),
+])
+ROWS = [(1, "a", "c", "01", 0), (2, "b", "c", "02", 1), (1, "a2", "u", "03", 2), (3, "c", "c", "04", 3),
+        (2, "b2", "u", "05", 4), (1, None, "d", "06", 5)]
+
+
+def _plan(spark: SparkSession, rows_in: int, derived_rows: bool = False) -> TablePlan:
+    route = TableRoute("p.s.t", "s", "t", "db", "s_t", ("id",))
+    events_df = spark.createDataFrame(spark.sparkContext.parallelize(ROWS, 3), SCHEMA)  # 3 partitions, no shuffle
+    return TablePlan(route, ("id",), events_df, None, TableBatchStats("db.s_t"), TopicSummary(rows_in=rows_in),
+                     derived_rows=derived_rows)
+
+
+def _exchanges(df: DataFrame) -> int:
+    return str(df._jdf.queryExecution().executedPlan().toString()).count("Exchange")
+
+
+def _latest(df: DataFrame) -> set[tuple[int, str | None]]:
+    return {(r["id"], r["v"]) for r in df.filter(LATEST_COL).collect()}
+
+
+def test_a_small_share_is_judged_in_one_partition_without_a_shuffle(spark: SparkSession) -> None:
+    small = _plan(spark, rows_in=6).judged_df(None, single_partition_rows=6)
+    large = _plan(spark, rows_in=7).judged_df(None, single_partition_rows=6)
+    derived = _plan(spark, rows_in=6, derived_rows=True).judged_df(None, single_partition_rows=6)
+
+    assert small.rdd.getNumPartitions() == 1 and _exchanges(small) == 0
+    assert _exchanges(large) > 0 and _exchanges(derived) > 0  # the window's shuffle by key
+    assert _latest(small) == _latest(large) == _latest(derived) == {(1, None), (2, "b2"), (3, "c")}
