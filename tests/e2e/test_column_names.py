@@ -8,7 +8,6 @@ PostgreSQL's rows, column by column.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -19,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from app.config import JobConfig
 from tests.conftest import RUN_ID
-from tests.support.cdc import debezium_connector, job_config_for, read_topic
+from tests.support.cdc import debezium_connector, job_config_for, wait_for_records
 from tests.support.pipeline import Pipeline, source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -64,16 +63,6 @@ def pipeline(
         yield Pipeline.of(spark, job_config_for(local_config, PREFIX, DATABASE, f"{lake_root}/column_names"))
 
 
-def wait_records(counts: dict[str, int]) -> None:
-    """Until each table's topic holds at least its count of records (tombstones included)."""
-    deadline = time.monotonic() + 120
-    for table, count in counts.items():
-        topic = f"{PREFIX}.{SCHEMA}.{table}"
-        while len(records := read_topic(topic)) < count:
-            assert time.monotonic() < deadline, f"{topic}: {len(records)} records, expected {count}"
-            time.sleep(0.5)
-
-
 def local(value: Any) -> Any:
     """A timestamptz as Spark collects one: the instant in the process's time zone, naive."""
     return value.astimezone().replace(tzinfo=None) if isinstance(value, datetime) and value.tzinfo else value
@@ -96,7 +85,8 @@ def assert_tables_match(p: Pipeline, conn: psycopg.Connection) -> None:
 
 
 def test_names_like_kafkas_keywords_and_mixed_case(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
-    wait_records(dict.fromkeys(TABLES, 3))
+    for table in TABLES:
+        wait_for_records(f"{PREFIX}.{SCHEMA}.{table}", 3, 120)
     pipeline.run()
     assert_tables_match(pipeline, pg_conn)
 
@@ -107,6 +97,7 @@ def test_names_like_kafkas_keywords_and_mixed_case(pipeline: Pipeline, pg_conn: 
     pg_conn.execute(f'update {SCHEMA}."MixedCase" set name = upper(name)')
     pg_conn.execute(f'delete from {SCHEMA}."MixedCase" where id = 2')
     # the snapshot, the updates, a delete and its tombstone
-    wait_records({"settings": 3 + 3 + 2, "quoted": 3 + 2 + 2, "MixedCase": 3 + 3 + 2})
+    for table, count in {"settings": 3 + 3 + 2, "quoted": 3 + 2 + 2, "MixedCase": 3 + 3 + 2}.items():
+        wait_for_records(f"{PREFIX}.{SCHEMA}.{table}", count, 120)
     pipeline.run()
     assert_tables_match(pipeline, pg_conn)

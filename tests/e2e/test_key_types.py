@@ -18,8 +18,7 @@ for both (docs/sources.md "Record keys").
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -32,7 +31,7 @@ from pyspark.sql.types import BinaryType, TimestampType
 from app.config import JobConfig
 from app.sink.deadletters import dead_letter_target
 from tests.conftest import RUN_ID
-from tests.support.cdc import MARIADB_ROOT, debezium_connector, job_config_for, mariadb_connector, read_topic
+from tests.support.cdc import MARIADB_ROOT, debezium_connector, job_config_for, mariadb_connector, wait_for_records
 from tests.support.pipeline import Pipeline, source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -173,18 +172,9 @@ def assert_empty_keys_dead_lettered(p: Pipeline, batch: int) -> None:
     assert all("null or empty in every column" in r["error_message"] for r in rows)
 
 
-def wait_records(per_table: Callable[[KeyTable], int]) -> None:
-    """Until each table's topic holds at least `per_table(table)` records (tombstones included)."""
-    deadline = time.monotonic() + 120
-    for table in TABLES:
-        topic = f"{PREFIX}.{SCHEMA}.{table.name}"
-        while len(records := read_topic(topic)) < per_table(table):
-            assert time.monotonic() < deadline, f"{topic}: {len(records)} records, expected {per_table(table)}"
-            time.sleep(0.5)
-
-
 def test_snapshot_of_every_key_type(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
-    wait_records(lambda t: len(t.values))
+    for table in TABLES:
+        wait_for_records(f"{PREFIX}.{SCHEMA}.{table.name}", len(table.values), 120)
     pipeline.run()
     assert_tables_match(pipeline, pg_conn)
     assert_empty_keys_dead_lettered(pipeline, 0)
@@ -196,7 +186,8 @@ def test_updates_deletes_and_a_reinsert_of_every_key_type(pipeline: Pipeline, pg
         pg_conn.execute(f"delete from {SCHEMA}.{table.name} where v in (100, 102)")
         pg_conn.execute(f"insert into {SCHEMA}.{table.name} values ({table.values[0]}, 1000)")
     # the snapshot, an update of each row, two deletes and their tombstones, the re-insert
-    wait_records(lambda t: 2 * len(t.values) + 5)
+    for table in TABLES:
+        wait_for_records(f"{PREFIX}.{SCHEMA}.{table.name}", 2 * len(table.values) + 5, 120)
     pipeline.run()
     assert_tables_match(pipeline, pg_conn)
     assert_empty_keys_dead_lettered(pipeline, 1)
@@ -279,16 +270,6 @@ def maria_pipeline(
         yield Pipeline.of(spark, config)
 
 
-def wait_maria_records(per_table: Callable[[int], int]) -> None:
-    """Until each table's topic holds at least `per_table(its row count at the start)` records."""
-    deadline = time.monotonic() + 120
-    for table, (_, values) in MARIA_TABLES.items():
-        topic = f"{MARIA_PREFIX}.{MARIA_DB}.{table}"
-        while len(records := read_topic(topic)) < per_table(len(values)):
-            assert time.monotonic() < deadline, f"{topic}: {len(records)} records, expected {per_table(len(values))}"
-            time.sleep(0.5)
-
-
 def assert_maria_tables_match(p: Pipeline, conn: pymysql.Connection) -> None:
     problems = []
     for table, (keys, _) in MARIA_TABLES.items():
@@ -307,7 +288,8 @@ def assert_maria_tables_match(p: Pipeline, conn: pymysql.Connection) -> None:
 
 
 def test_mariadb_keys_of_every_type(maria_pipeline: Pipeline, maria: pymysql.Connection) -> None:
-    wait_maria_records(lambda n: n)
+    for table, (_, values) in MARIA_TABLES.items():
+        wait_for_records(f"{MARIA_PREFIX}.{MARIA_DB}.{table}", len(values), 120)
     maria_pipeline.run()
     assert_maria_tables_match(maria_pipeline, maria)
     stats = maria_pipeline.processor.last_stats
@@ -319,6 +301,7 @@ def test_mariadb_keys_of_every_type(maria_pipeline: Pipeline, maria: pymysql.Con
             cur.execute(f"update {MARIA_DB}.{table} set v = v + 100")
             cur.execute(f"delete from {MARIA_DB}.{table} where v in (100, 102)")
             cur.execute(f"insert into {MARIA_DB}.{table} values ({values[0]}, 1000)")
-    wait_maria_records(lambda n: 2 * n + 5)
+    for table, (_, values) in MARIA_TABLES.items():
+        wait_for_records(f"{MARIA_PREFIX}.{MARIA_DB}.{table}", 2 * len(values) + 5, 120)
     maria_pipeline.run()
     assert_maria_tables_match(maria_pipeline, maria)

@@ -3,7 +3,6 @@ source after the snapshot and after an update of every row: Spark's generated co
 within the JVM's method limits (or falls back), and the catalog takes its schema."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import psycopg
@@ -12,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from app.config import JobConfig
 from tests.conftest import RUN_ID
-from tests.support.cdc import debezium_connector, job_config_for, read_topic
+from tests.support.cdc import debezium_connector, job_config_for, wait_for_records
 from tests.support.pipeline import Pipeline, source_schema
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
@@ -20,6 +19,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.slow]
 SCHEMA = f"wide_{RUN_ID}"
 PREFIX = f"wide{RUN_ID}"
 DATABASE = f"wide_{RUN_ID}"
+TOPIC = f"{PREFIX}.{SCHEMA}.wide"
 TYPES = ("int", "text", "numeric(12,2)", "bigint", "boolean", "double precision", "date", "varchar(30)")
 COLUMNS = 400
 VALUES = {  # a value per type, from the row number n
@@ -70,18 +70,11 @@ def assert_equal(p: Pipeline, conn: psycopg.Connection) -> None:
                 assert g == w, (key, name, g, w)
 
 
-def wait(count: int) -> None:
-    deadline = time.monotonic() + 120
-    while len(read_topic(f"{PREFIX}.{SCHEMA}.wide")) < count:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-
-
 def test_a_wide_table_equals_the_source(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
-    wait(50)
+    wait_for_records(TOPIC, 50, 120)
     pipeline.run()
     assert_equal(pipeline, pg_conn)
     pg_conn.execute(f"update {SCHEMA}.wide set c1 = c1 || '!', c{COLUMNS - 1} = null, c5 = c5 + 1")
-    wait(100)
+    wait_for_records(TOPIC, 100, 120)
     pipeline.run()
     assert_equal(pipeline, pg_conn)
