@@ -70,11 +70,11 @@ TABLES = (
         "'x,b:y', 'z'", "'x', 'y:z'", "'p', ''", "'p', ' '", "'', 'q'", "'a:b', 'c'", "'null', 'n'",
         "'__null__', 'n'", "'\"q\"', '{}'",
     )),
-    KeyTable("k_enum", f"m {SCHEMA}.mood", ("m",), ("'sad'", "'ok'", "'happy'")),
+    KeyTable("k_enum", f"m {SCHEMA}.key_mood", ("m",), ("'sad'", "'ok'", "'happy'")),
 )
 
 DDL = "\n".join(
-    [f"create schema {SCHEMA};", f"create type {SCHEMA}.mood as enum ('sad', 'ok', 'happy');"]
+    [f"create schema {SCHEMA};", f"create type {SCHEMA}.key_mood as enum ('sad', 'ok', 'happy');"]
     + [f"create table {SCHEMA}.{t.name} ({t.columns}, v int not null, primary key ({', '.join(t.key)}));"
        for t in TABLES]
     + [f"insert into {SCHEMA}.{t.name} values " + ", ".join(f"({row}, {n})" for n, row in enumerate(t.values))

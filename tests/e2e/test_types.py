@@ -61,6 +61,9 @@ MODES: dict[str, dict[str, str]] = {
     "c": {"decimal.handling.mode": "string", "time.precision.mode": "connect", "interval.handling.mode": "numeric"},
 }
 
+# The enum's name is this module's alone (the others say key_mood, verify_mood): Debezium looks array types up by
+# name, so when another module dropped its schema's `mood` while this connector streamed, c_enum_arr's changes
+# arrived NULL (docs/type-mappings.md).
 DDL = f"""
 create extension if not exists postgis;
 create extension if not exists hstore;

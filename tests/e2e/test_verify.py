@@ -49,13 +49,13 @@ TABLE = f"{DATABASE}.{SCHEMA}_things"
 ROWS = 200
 DDL = f"""
 create schema {SCHEMA};
-create type {SCHEMA}.mood as enum ('sad', 'ok', 'happy');
+create type {SCHEMA}.verify_mood as enum ('sad', 'ok', 'happy');
 create domain {SCHEMA}.price as numeric(12,2);
 create table {SCHEMA}.things (
     id int primary key, name text, code char(4), amount numeric(10,2), price {SCHEMA}.price, ratio double precision,
     score real, big bigint, flag boolean, day date, at timestamp(6), at_tz timestamptz, raw bytea, uid uuid,
-    doc jsonb, body json, mood {SCHEMA}.mood, tags text[], nums int[], amounts numeric(6,2)[], stamps timestamptz[],
-    tod time, cash money, bits bit(3), span interval, addr inet
+    doc jsonb, body json, mood {SCHEMA}.verify_mood, tags text[], nums int[], amounts numeric(6,2)[],
+    stamps timestamptz[], tod time, cash money, bits bit(3), span interval, addr inet
 );
 insert into {SCHEMA}.things
 select i, 'name ' || i, 'c' || (i % 10), i * 1.25, i * 2.5, i / 3.0, i / 7.0, i::bigint * 100000000000, i % 2 = 0,
@@ -63,7 +63,7 @@ select i, 'name ' || i, 'c' || (i % 10), i * 1.25, i * 2.5, i / 3.0, i / 7.0, i:
        timestamptz '2024-06-01 10:00:00+02' + i * interval '1 minute', decode(lpad(to_hex(i), 4, '0'), 'hex'),
        md5(i::text)::uuid, jsonb_build_object('i', i, 'tags', jsonb_build_array('a', i)),
        ('{{"i": ' || i || '}}')::json,
-       (array['sad', 'ok', 'happy'])[1 + i % 3]::{SCHEMA}.mood, array['x' || i, null, 'ü'], array[i, null, -i],
+       (array['sad', 'ok', 'happy'])[1 + i % 3]::{SCHEMA}.verify_mood, array['x' || i, null, 'ü'], array[i, null, -i],
        array[i * 0.5, null]::numeric(6,2)[],
        array[timestamptz '2024-01-01 00:00:00.123456+05' + i * interval '1 day', null],
        time '10:00:00' + i * interval '1 second', i * 10.5, (i % 8)::bit(3), i * interval '1 day',
