@@ -67,9 +67,14 @@ MODES: dict[str, dict[str, str]] = {
 DDL = f"""
 create extension if not exists postgis;
 create extension if not exists hstore;
+create extension if not exists citext;
+create extension if not exists ltree;
 create schema {SCHEMA};
 create type {SCHEMA}.mood as enum ('sad', 'ok', 'happy');
+create type {SCHEMA}.ty_label as enum ('a,b', 'très', 'x y');
 create domain {SCHEMA}.amount as numeric(10,2);
+create domain {SCHEMA}.email as text check (value like '%@%');
+create domain {SCHEMA}.codes as varchar(5)[];
 create table {SCHEMA}.all_types (
   id int primary key,
   c_smallint smallint, c_integer integer, c_bigint bigint, c_real real, c_double double precision,
@@ -85,7 +90,12 @@ create table {SCHEMA}.all_types (
   c_int_arr int[], c_text_arr text[], c_num10_2_arr numeric(10,2)[], c_numeric_arr numeric[], c_date_arr date[],
   c_ts_arr timestamp[], c_tstz_arr timestamptz[], c_uuid_arr uuid[], c_jsonb_arr jsonb[], c_bytea_arr bytea[],
   c_enum_arr {SCHEMA}.mood[], c_time_arr time[], c_bool_arr boolean[], c_inet_arr inet[], c_float8_arr float8[],
-  c_varchar_arr varchar(10)[]
+  c_varchar_arr varchar(10)[],
+  c_point point, c_citext citext, c_ltree ltree, c_int8range int8range, c_char_arr char(3)[], c_timetz_arr timetz[],
+  c_json_arr json[], c_qchar "char", c_oid oid, c_tsrange_arr tsrange[], c_email {SCHEMA}.email,
+  c_codes {SCHEMA}.codes, c_label {SCHEMA}.ty_label, c_label_arr {SCHEMA}.ty_label[], c_cidr_arr cidr[],
+  c_macaddr8 macaddr8, c_float4_arr real[], c_bigint_arr bigint[], c_smallint_arr smallint[], c_hstore_arr hstore[],
+  c_bit_arr bit(3)[], c_int2vector int2vector
 );
 """
 
@@ -147,6 +157,16 @@ values (5, 'Infinity', '100 years', '-infinity', '-infinity', '-infinity', '-inf
 insert into {SCHEMA}.all_types (id, c_numeric, c_interval, c_date, c_ts6, c_tstz)
 values (6, '-Infinity', '1 day 00:00:00.000001', '1970-01-01', '1970-01-01 00:00:00', '1970-01-01 00:00:00+00');
 insert into {SCHEMA}.all_types (id) values (9);
+update {SCHEMA}.all_types set (c_point, c_citext, c_ltree, c_int8range, c_char_arr, c_timetz_arr, c_json_arr, c_qchar,
+  c_oid, c_tsrange_arr, c_email, c_codes, c_label, c_label_arr, c_cidr_arr, c_macaddr8, c_float4_arr, c_bigint_arr,
+  c_smallint_arr, c_hstore_arr, c_bit_arr, c_int2vector) = (point(1.5, -2), 'MiXed Case', 'a.b_c.d', '[1,10)',
+  '{{ab,NULL,abc}}', '{{12:00+02,NULL,23:59:59.999999-08}}', ARRAY['{{"a": 1}}'::json, NULL, '[]'::json], 'x',
+  4294967295, ARRAY['[2024-01-01,2024-02-01)'::tsrange, NULL], 'a@b.c', '{{ab,NULL,""}}', 'a,b', '{{"a,b",très,"x y"}}',
+  '{{10.0.0.0/8,NULL,2001:db8::/32}}', '08:00:2b:01:02:03:04:05', '{{1.5,NULL,NaN,-Infinity}}',
+  '{{9223372036854775807,NULL,-9223372036854775808}}', '{{32767,NULL,-32768}}', ARRAY['a=>1, b=>NULL'::hstore, NULL],
+  '{{101,NULL}}', '1 2') where id = 1;
+update {SCHEMA}.all_types set (c_point, c_citext, c_int8range, c_char_arr, c_label, c_label_arr, c_float4_arr,
+  c_bit_arr) = (point(0, 0), '', 'empty', '{{}}', 'très', '{{"x y",NULL}}', '{{}}', '{{000}}') where id = 2;
 """
 
 # The update path: every row takes the values of another row (ids rotate), so each type is rewritten by a
@@ -343,6 +363,40 @@ COLUMNS: list[Col] = [
     _same("c_inet_arr", ArrayType(StringType()), _arr(OUTPUT.format(c="x"), "{c}")),
     _same("c_float8_arr", ArrayType(DoubleType())),
     _same("c_varchar_arr", ArrayType(StringType())),
+    # PostgreSQL's point: the connector's Point struct (x, y, WKB, no SRID), compared as x, y and the WKB's hex
+    Col("c_point", {"*": StringType()},
+        {"*": "case when {c} is null then null else concat_ws(',', ({c}[0])::numeric(20,6), ({c}[1])::numeric(20,6), "
+              "upper(encode(ST_AsBinary(ST_MakePoint({c}[0], {c}[1]), 'NDR'), 'hex')), '-') end"},
+        actual=lambda c: F.when(c.isNotNull(), F.concat_ws(
+            ",", c.x.cast("decimal(20,6)"), c.y.cast("decimal(20,6)"), F.hex(c.wkb),
+            F.coalesce(c.srid.cast("string"), F.lit("-"))))),
+    _same("c_citext", StringType(), "{c}::text"),
+    _same("c_ltree", StringType(), "{c}::text"),
+    _same("c_int8range", StringType(), OUTPUT),
+    _same("c_char_arr", ArrayType(StringType()), _arr("rpad(x, 3)", "{c}")),
+    # connector loss: timetz[] elements arrive without their fraction of a second
+    _same("c_timetz_arr", ArrayType(StringType()),
+          _arr("regexp_replace(regexp_replace((x at time zone 'UTC')::text, '\\.[0-9]+', ''), '\\+00$', 'Z')", "{c}")),
+    _same("c_json_arr", ArrayType(StringType()), "{c}::text[]"),
+    _same("c_qchar", StringType(), "{c}::text"),
+    _same("c_oid", LongType(), "{c}::bigint"),
+    _same("c_tsrange_arr", ArrayType(StringType()), "{c}::text[]"),
+    _same("c_email", StringType(), "{c}::text"),
+    _same("c_codes", ArrayType(StringType()), "{c}::text[]"),
+    _same("c_label", StringType(), "{c}::text"),
+    # connector loss: an enum array holding a NULL element arrives NULL (its element schema is not optional)
+    _same("c_label_arr", ArrayType(StringType()),
+          "case when array_position({c}, null) is not null then null else {c}::text[] end"),
+    _same("c_cidr_arr", ArrayType(StringType()), _arr(OUTPUT.format(c="x"), "{c}")),
+    _same("c_macaddr8", StringType(), OUTPUT),
+    _same("c_float4_arr", ArrayType(FloatType())),
+    _same("c_bigint_arr", ArrayType(LongType())),
+    _same("c_smallint_arr", ArrayType(IntegerType())),
+    Col("c_hstore_arr", {"*": ArrayType(StringType())}, {"*": _arr("hstore_to_json(x)::text", "{c}")},
+        both=lambda c: F.transform(c, lambda x: F.to_json(_hstore_entries(x)))),
+    # connector losses: bit(n)[] arrives NULL, int2vector an empty array
+    _same("c_bit_arr", StringType(), "null::text"),
+    _same("c_int2vector", ArrayType(IntegerType()), "case when {c} is null then null else '{{}}'::int[] end"),
 ]
 
 
