@@ -119,7 +119,10 @@ def dead_letter_rows(
         F.col(f"{ERROR_COL}.message").alias("error_message"),
         F.col("value_schema_id").alias("schema_id"),
         F.col("value_id_type").alias("schema_id_type"),
-        F.col(POSITION_COL).alias("source_position"),
+        # Never null: a record that never decoded has no position, and Hudi holds a column to the nullability of
+        # the table's first write (a table first written by an event in error, whose position is known, would
+        # refuse every undecodable record and quarantine after it, and stop the job)
+        F.coalesce(F.col(POSITION_COL), F.lit("")).alias("source_position"),
         F.lit(batch_id).cast("long").alias("batch_id"),
         F.current_timestamp().alias("dead_lettered_at"),
         *[F.lit(None).cast(type_).alias(name) for name, type_ in REPLAY_COLUMNS.items()],
