@@ -4,7 +4,7 @@
 A row holds the record as it came (key, value and header bytes; topic, partition, offset, Kafka timestamp), the
 Silver table it was meant for, its record key as JSON when the key bytes decode with their key schema, why
 (`error_kind`, `error_message`: app/cdc/columns.py ERROR_COL), the value's writer schema id, the source position
-when it was readable, and the batch and time it was dead-lettered.
+(empty when it was not readable; null in rows written before 2026-11-29), and the batch and time it was dead-lettered.
 
 Exactly once: the row's key is `<topic>/<partition>/<offset>` and the write is an insert that drops the keys the
 table holds already (`hoodie.datasource.insert.dup.policy=drop`), so a batch read again (after a crash, or a lost

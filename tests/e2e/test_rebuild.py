@@ -58,9 +58,9 @@ ROWS = 120
 DDL = f"""
 create schema {SCHEMA};
 create type {SCHEMA}.kind as enum ('a', 'b', 'c');
-create domain {SCHEMA}.price as numeric(12,2);
+create domain {SCHEMA}.rebuild_price as numeric(12,2);
 create table {SCHEMA}.items (
-    id int primary key, name text, amount numeric(10,2), price {SCHEMA}.price, ratio double precision,
+    id int primary key, name text, amount numeric(10,2), price {SCHEMA}.rebuild_price, ratio double precision,
     at_tz timestamptz, day date, raw bytea, doc jsonb, kind {SCHEMA}.kind, tags text[], nums int[]
 );
 insert into {SCHEMA}.items

@@ -50,10 +50,11 @@ ROWS = 200
 DDL = f"""
 create schema {SCHEMA};
 create type {SCHEMA}.verify_mood as enum ('sad', 'ok', 'happy');
-create domain {SCHEMA}.price as numeric(12,2);
+create domain {SCHEMA}.verify_price as numeric(12,2);
 create table {SCHEMA}.things (
-    id int primary key, name text, code char(4), amount numeric(10,2), price {SCHEMA}.price, ratio double precision,
-    score real, big bigint, flag boolean, day date, at timestamp(6), at_tz timestamptz, raw bytea, uid uuid,
+    id int primary key, name text, code char(4), amount numeric(10,2), price {SCHEMA}.verify_price,
+    ratio double precision, score real, big bigint, flag boolean, day date, at timestamp(6), at_tz timestamptz,
+    raw bytea, uid uuid,
     doc jsonb, body json, mood {SCHEMA}.verify_mood, tags text[], nums int[], amounts numeric(6,2)[],
     stamps timestamptz[], tod time, cash money, bits bit(3), span interval, addr inet
 );
