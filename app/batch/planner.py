@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -39,7 +40,7 @@ from app.config import JobConfig
 from app.errors import EnvelopeError, RegistryError, SchemaDecodeError, SourceSettingError, required
 from app.routing.catalog import PartitionRoots, all_partition_roots
 from app.routing.route import TableRoute, claim_tables, route_topic, skip_reason
-from app.sink.hudi import HudiTarget, recorded_record_key
+from app.sink.hudi import HudiTarget, key_lengths_needed, recorded_record_key
 from app.sink.quarantine import Quarantine
 from app.state.stats import TableBatchStats
 from app.state.status import REFUSED
@@ -248,6 +249,8 @@ class Planner:
                 f"{topic}: writer schemas {sorted(summary.value_ids)} in one batch disagree on column types: {e}"
             ) from e
         events_df = with_discriminator(events_df, route, self.config)
+        if target is not None:
+            target = replace(target, key_lengths=key_lengths_needed(target, events_df))
         carry = sorted({c for s in slices for c in s.placeholder_columns})
         if target is not None and target.delete_mode == "soft":
             value_columns = list(dict.fromkeys(c for s in slices for c in s.value_columns))

@@ -1,6 +1,6 @@
 """Every column the job adds to the rows it writes or carries between its steps: the one place their names are
-spelled. Silver rows carry CDC_COLUMNS (and SOFT_DELETE_COLUMNS in soft-delete tables); the others live only
-between a batch's steps and are dropped before a write."""
+spelled. Silver rows carry CDC_COLUMNS (KEY_LENGTHS_COL only in some tables; SOFT_DELETE_COLUMNS in soft-delete
+tables); the others live only between a batch's steps and are dropped before a write."""
 from __future__ import annotations
 
 from typing import Final
@@ -14,7 +14,10 @@ SOURCE_TS_COL: Final = "_cdc_source_ts_ms"
 PARTITION_COL: Final = "_kafka_partition"
 OFFSET_COL: Final = "_kafka_offset"
 DELETED_COL: Final = "_hoodie_is_deleted"  # Hudi removes the record: hard deletes
-CDC_COLUMNS = (OP_COL, POSITION_COL, SOURCE_TS_COL, PARTITION_COL, OFFSET_COL, DELETED_COL)
+# Tables created with a composite record key holding a text column only: the length of each text key column's
+# value, so that Hudi's unescaped `column:value,...` key text cannot be the same for two keys (app/sink/hudi.py).
+KEY_LENGTHS_COL: Final = "_cdc_key_lengths"
+CDC_COLUMNS = (OP_COL, POSITION_COL, SOURCE_TS_COL, PARTITION_COL, OFFSET_COL, DELETED_COL, KEY_LENGTHS_COL)
 # Soft-delete tables only: the row stays, flagged, with the source time of its delete.
 SOFT_DELETED_COL: Final = "_cdc_deleted"
 SOFT_DELETED_AT_COL: Final = "_cdc_deleted_at"

@@ -5,8 +5,10 @@ import logging
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
-from app.cdc.columns import DELETED_COL, LEDGER_FOLDER, POSITION_COL
+from app.cdc.columns import DELETED_COL, KEY_LENGTHS_COL, LEDGER_FOLDER, POSITION_COL
 from app.config import PartitionSpec
 from app.sink.creation import repair_interrupted_creation
 from app.sink.lakefs import fs_and_path, list_files
@@ -32,6 +34,12 @@ class HudiTarget:
     retain_commits: int = 10
     clean_every_commits: int = 5
     metadata_table: bool = False  # partitioned tables always have one (their record-level index)
+    key_lengths: bool = False  # Hudi's record key also holds KEY_LENGTHS_COL (key_lengths_needed)
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        """The fields Hudi builds the record key's text from: the record key, and KEY_LENGTHS_COL if it has one."""
+        return self.record_key + ((KEY_LENGTHS_COL,) if self.key_lengths else ())
 
     @property
     def qualified_name(self) -> str:
@@ -51,7 +59,7 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
         "hoodie.datasource.write.table.name": target.table,
         "hoodie.datasource.write.table.type": target.table_type,
         "hoodie.datasource.write.operation": "upsert",
-        "hoodie.datasource.write.recordkey.field": ",".join(target.record_key),
+        "hoodie.datasource.write.recordkey.field": ",".join(target.key_fields),
         **layout_options(target),
         # An older event never overwrites a newer one: the merge compares the source position (a string that
         # sorts in source order, app/cdc/position.py).
@@ -97,7 +105,7 @@ def layout_options(target: HudiTarget) -> dict[str, str]:
             "hoodie.metadata.enable": str(target.metadata_table).lower(),
         }
     # One key column: SimpleKeyGenerator (Hudi 0.14.1-1.0.x changed how ComplexKeyGenerator encodes one field).
-    generator = "SimpleKeyGenerator" if len(target.record_key) == 1 else "ComplexKeyGenerator"
+    generator = "SimpleKeyGenerator" if len(target.key_fields) == 1 else "ComplexKeyGenerator"
     return {
         "hoodie.datasource.write.keygenerator.class": f"org.apache.hudi.keygen.{generator}",
         "hoodie.datasource.write.partitionpath.field": spec.field,
@@ -207,9 +215,41 @@ def write_silver(
     """
     if DELETED_COL not in rows_df.columns or POSITION_COL not in rows_df.columns:
         raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
+    if target.key_lengths:
+        rows_df = with_key_lengths(rows_df, target.record_key)
     repair_interrupted_creation(rows_df.sparkSession, target.path, target.qualified_name)
     options = {**write_options(target, batch_id, query_id), **(UNIQUE_ROWS if unique_rows else {}), **(extra or {})}
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
+
+
+def key_lengths_needed(target: HudiTarget, events_df: DataFrame) -> bool:
+    """Whether the table's Hudi record key holds KEY_LENGTHS_COL beside its key columns: as the table was created,
+    else (a new table) when its record key has several columns, one of them text.
+
+    Hudi's composite key text is `column:value` pairs joined by commas, the values unescaped (KeyGenUtils), so two
+    keys whose text values hold those separators can have one text: on columns (a, b), ('x,b:y', 'z') and
+    ('x', 'y,b:z') are both `a:x,b:y,b:z`, and the upsert would merge the two rows into one. With each text value's
+    length as the key's last field, the text parses one way only. Other types' text (numbers, dates, hexadecimal
+    bytes) holds no comma. An existing table keeps the key it was created with (Hudi refuses another).
+    """
+    if len(target.record_key) < 2:
+        return False
+    layout = recorded_layout(events_df.sparkSession, target.path)
+    if layout is not None and layout.record_key is not None:
+        return layout.key_lengths
+    types = {f.name: f.dataType for f in events_df.schema.fields}
+    return any(isinstance(types.get(c), StringType) for c in target.record_key)
+
+
+def with_key_lengths(rows_df: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
+    """KEY_LENGTHS_COL: each key column's length in characters, dot-separated in key order; -1 for a null, and
+    nothing in the place of a column that is not text (e.g. `3..-1`)."""
+    types = {f.name: f.dataType for f in rows_df.schema.fields}
+    lengths = [
+        F.coalesce(F.length(F.col(c)).cast("string"), F.lit("-1")) if isinstance(types[c], StringType) else F.lit("")
+        for c in key_columns
+    ]
+    return rows_df.withColumn(KEY_LENGTHS_COL, F.concat_ws(".", *lengths))
 
 
 def table_exists(spark: SparkSession, path: str) -> bool:
@@ -233,6 +273,7 @@ class RecordedLayout:
     record_key: tuple[str, ...] | None
     partition_field: str | None  # None: not partitioned
     table_type: str
+    key_lengths: bool = False  # KEY_LENGTHS_COL among the record key fields (key_lengths_needed); not in record_key
 
 
 _RECORDED: dict[str, RecordedLayout] = {}  # table path -> its layout; a table's layout never changes
@@ -261,8 +302,11 @@ def recorded_layout(spark: SparkSession, path: str) -> RecordedLayout | None:
         return names or None
 
     partition = fields("hoodie.table.partition.fields")
-    layout = RecordedLayout(fields("hoodie.table.recordkey.fields"), ",".join(partition) if partition else None,
-                            str(props.getProperty("hoodie.table.type") or "COPY_ON_WRITE"))
+    key_fields = fields("hoodie.table.recordkey.fields")
+    key = tuple(f for f in key_fields if f != KEY_LENGTHS_COL) if key_fields else None
+    layout = RecordedLayout(key or None, ",".join(partition) if partition else None,
+                            str(props.getProperty("hoodie.table.type") or "COPY_ON_WRITE"),
+                            key_lengths=key_fields is not None and KEY_LENGTHS_COL in key_fields)
     if layout.record_key is not None:  # else a table whose creation did not get that far: read it again later
         _RECORDED[path] = layout
     return layout
