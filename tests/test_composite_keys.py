@@ -5,19 +5,24 @@ Hudi's composite key text joins `column:value` pairs with commas, the values une
 row. A new table whose composite key has a text column keeps each text value's length as its key's last field. Each
 case below is written through `write_silver` on the lake of the shipped config (S3): the insert, then an update of
 every row in a later batch (the merge path), then a delete, on Copy-on-Write and on a partitioned Merge-on-Read
-table (the record-level index). A table created before (its key without the lengths) keeps its key.
+table (the record-level index). A table created before (its key without the lengths) keeps its key; a key column
+widened to text, and a table whose properties only the backup holds, keep theirs too.
 """
 from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from decimal import Decimal
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from app.cdc.columns import KEY_LENGTHS_COL
 from app.config import PartitionSpec
+from app.sink import hudi
 from app.sink.hudi import HudiTarget, key_lengths_needed, recorded_layout, write_silver
+from app.sink.lakefs import fs_and_path
+from app.sink.widening import Widening
 
 pytestmark = pytest.mark.stack
 
@@ -84,3 +89,40 @@ def test_a_key_without_text_and_a_table_created_before_keep_hudis_key(spark: Spa
     # The limitation such a table keeps: three pairs of keys are one row each (the separators, null against
     # `__null__`, '' against `__empty__`).
     assert table.count() == len(KEYS) - 3
+
+
+def test_a_key_column_widened_to_text_keeps_one_row_per_key(spark: SparkSession, lake_root: str) -> None:
+    """A numeric key column grown past 38 digits arrives as text (decimal -> string): the table is rewritten with the
+    new type (app/sink/widening.py), and its rows' key lengths with it, so the next upserts and deletes find them."""
+    path = f"{lake_root}/keys-widened-{uuid.uuid4().hex[:6]}/silver/k/w"
+    columns = "_cdc_position string, _hoodie_is_deleted boolean"
+    first = spark.createDataFrame([(Decimal(12345), "eu", 1, "01", False), (Decimal(7), "us", 2, "01", False)],
+                                  f"amount decimal(10,0), region string, v int, {columns}")
+    target = HudiTarget("k", "w", path, ("amount", "region"))
+    target = replace(target, key_lengths=key_lengths_needed(target, first))
+    write_silver(first, target, 0, "q", NO_SYNC)
+    assert [r[0] for r in spark.read.format("hudi").load(path).select(KEY_LENGTHS_COL).collect()] == [".2", ".2"]
+
+    widened = spark.createDataFrame([("12345", "eu", 10, "02", False), ("7", "us", 20, "02", True)],
+                                    f"amount string, region string, v int, {columns}")
+    change = Widening().apply(widened, target, 1, "q", extra=lambda: NO_SYNC)
+    assert list(change.widened) == ["amount"]
+    write_silver(widened, target, 1, "q", NO_SYNC)
+    rows = spark.read.format("hudi").load(path).select("amount", "region", "v", KEY_LENGTHS_COL).collect()
+    assert [tuple(r) for r in rows] == [("12345", "eu", 10, "5.2")]
+
+
+def test_the_layout_read_from_the_properties_backup(spark: SparkSession, lake_root: str) -> None:
+    """Hudi rewrites a table's properties through a backup (create it, delete the properties, write them anew): a
+    crash in between leaves the backup only, which Hudi reads, and so does the job."""
+    path = f"{lake_root}/keys-backup-{uuid.uuid4().hex[:6]}/silver/k/b"
+    rows = _rows(spark, 1, "01")
+    target = replace(HudiTarget("k", "b", path, ("a", "b")), key_lengths=True)
+    write_silver(rows, target, 0, "q", NO_SYNC)
+    fs, properties = fs_and_path(spark, f"{path}/.hoodie/hoodie.properties")
+    _, backup = fs_and_path(spark, f"{path}/.hoodie/hoodie.properties.backup")
+    assert fs.rename(properties, backup)
+    hudi._RECORDED.pop(path, None)  # as a new process finds the table
+    recorded = recorded_layout(spark, path)
+    assert recorded is not None and recorded.record_key == ("a", "b") and recorded.key_lengths
+    assert key_lengths_needed(replace(target, key_lengths=False), rows)

@@ -230,7 +230,8 @@ def key_lengths_needed(target: HudiTarget, events_df: DataFrame) -> bool:
     keys whose text values hold those separators can have one text: on columns (a, b), ('x,b:y', 'z') and
     ('x', 'y,b:z') are both `a:x,b:y,b:z`, and the upsert would merge the two rows into one. With each text value's
     length as the key's last field, the text parses one way only. Other types' text (numbers, dates, hexadecimal
-    bytes) holds no comma. An existing table keeps the key it was created with (Hudi refuses another).
+    bytes) holds no comma. An existing table keeps the key it was created with (Hudi refuses another). Left: a key
+    of two or more array, map or record columns (Avro's text of them is not escaped either).
     """
     if len(target.record_key) < 2:
         return False
@@ -281,13 +282,18 @@ _RECORDED: dict[str, RecordedLayout] = {}  # table path -> its layout; a table's
 
 def recorded_layout(spark: SparkSession, path: str) -> RecordedLayout | None:
     """The record key fields, partition field and table type a Hudi table was created with (`hoodie.table.*` in
-    its hoodie.properties); None when there is no table there yet. Read once per table and process."""
+    its hoodie.properties, else in the backup Hudi writes while it changes them, as Hudi reads them); None when
+    there is no table there yet. Read once per table and process."""
     known = _RECORDED.get(path)
     if known is not None:
         return known
     fs, properties = fs_and_path(spark, f"{path.rstrip('/')}/.hoodie/hoodie.properties")
     if not fs.exists(properties):
-        return None
+        # Hudi changes a table's properties by writing a backup, deleting them and writing them anew: a crash in
+        # between leaves the backup only (app/sink/creation.py).
+        fs, properties = fs_and_path(spark, f"{path.rstrip('/')}/.hoodie/hoodie.properties.backup")
+        if not fs.exists(properties):
+            return None
     stream = fs.open(properties)
     try:
         props = jvm_class(spark, "java.util.Properties")()

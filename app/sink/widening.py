@@ -59,7 +59,7 @@ from pyspark.sql.types import (
 )
 
 from app.errors import ColumnTypeChangeError
-from app.sink.hudi import SYNC_OFF, HudiTarget, table_exists, write_options
+from app.sink.hudi import SYNC_OFF, HudiTarget, table_exists, with_key_lengths, write_options
 from app.spark import jvm_class
 
 log = logging.getLogger(__name__)
@@ -220,6 +220,8 @@ def rewrite(spark: SparkSession, target: HudiTarget, widened: dict[str, DataType
         F.col(c).cast(widened[c]).alias(c) if c in widened else F.col(c)
         for c in current.columns if not c.startswith("_hoodie_") or c == "_hoodie_is_deleted"
     ])
+    if target.key_lengths:  # a key column turned text (decimal -> string) has a length now
+        rows = with_key_lengths(rows, target.record_key)
     options = {**write_options(target, batch_id, query_id), **REWRITE_OPTIONS, **(extra or {})}
     rows.write.format("hudi").options(**options).mode("append").save(target.path)
     log.warning(
