@@ -252,6 +252,10 @@ def unwrap_smt_config(connector: str, handling: str = "rewrite") -> dict[str, st
     }
 
 
+HTTP_CONFLICT = 409
+CONFLICT_RETRY_S = 30.0
+
+
 class ConnectClient:
     """Minimal Kafka Connect REST client."""
 
@@ -259,9 +263,20 @@ class ConnectClient:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
 
+    def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """One REST call; a 409 is asked again for up to CONFLICT_RETRY_S. A distributed worker answers 409 while
+        another connector's config change or a rebalance is in flight ("Cannot complete request momentarily due to
+        stale configuration"): the tests create and delete connectors from several workers at once."""
+        deadline = time.monotonic() + CONFLICT_RETRY_S
+        while True:
+            r = requests.request(method, f"{self.url}{path}", timeout=self.timeout_s, **kwargs)
+            if r.status_code != HTTP_CONFLICT or time.monotonic() > deadline:
+                return r
+            time.sleep(0.5)
+
     def put_connector(self, name: str, config: dict[str, str]) -> None:
         """Create or update a connector (PUT /connectors/{name}/config is idempotent)."""
-        r = requests.put(f"{self.url}/connectors/{name}/config", json=config, timeout=self.timeout_s)
+        r = self._send("PUT", f"/connectors/{name}/config", json=config)
         if r.status_code >= 300:
             raise RuntimeError(f"Kafka Connect rejected connector {name}: HTTP {r.status_code} {r.text[:500]}")
 
@@ -270,14 +285,12 @@ class ConnectClient:
         from an earlier connector of the same name: create it STOPPED (KIP-980), clear its offsets, resume."""
         self.delete_connector(name, reset_offsets=True)
         body = {"name": name, "config": config, "initial_state": "STOPPED"}
-        r = requests.post(f"{self.url}/connectors", json=body, timeout=self.timeout_s)
+        r = self._send("POST", "/connectors", json=body)
         if r.status_code >= 300:
             raise RuntimeError(f"Kafka Connect rejected connector {name}: HTTP {r.status_code} {r.text[:500]}")
         self._wait_state(name, "STOPPED")
-        r = requests.delete(f"{self.url}/connectors/{name}/offsets", timeout=self.timeout_s)
-        if r.status_code >= 300:
-            raise RuntimeError(f"cannot reset offsets of {name}: HTTP {r.status_code} {r.text[:500]}")
-        requests.put(f"{self.url}/connectors/{name}/resume", timeout=self.timeout_s).raise_for_status()
+        self._delete_offsets(name)
+        self._send("PUT", f"/connectors/{name}/resume").raise_for_status()
 
     def _wait_state(self, name: str, state: str, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -320,15 +333,18 @@ class ConnectClient:
     def reset_offsets(self, name: str) -> None:
         """Stop a connector and delete its stored source offsets (KIP-875, Connect 3.6+): on `resume` it starts
         as new, a Debezium connector with `snapshot.mode=initial` snapshotting its tables again."""
-        requests.put(f"{self.url}/connectors/{name}/stop", timeout=self.timeout_s).raise_for_status()
+        self._send("PUT", f"/connectors/{name}/stop").raise_for_status()
         self._wait_state(name, "STOPPED")
-        r = requests.delete(f"{self.url}/connectors/{name}/offsets", timeout=self.timeout_s)
+        self._delete_offsets(name)
+
+    def _delete_offsets(self, name: str) -> None:
+        r = self._send("DELETE", f"/connectors/{name}/offsets")
         if r.status_code >= 300:
             raise RuntimeError(f"cannot reset offsets of {name}: HTTP {r.status_code} {r.text[:500]}")
 
     def resume(self, name: str) -> None:
         """Run a stopped or paused connector again, and wait until it runs."""
-        requests.put(f"{self.url}/connectors/{name}/resume", timeout=self.timeout_s).raise_for_status()
+        self._send("PUT", f"/connectors/{name}/resume").raise_for_status()
         self.wait_running(name)
 
     def delete_connector(self, name: str, reset_offsets: bool = False) -> None:
@@ -339,6 +355,6 @@ class ConnectClient:
         """
         if reset_offsets and requests.get(f"{self.url}/connectors/{name}", timeout=self.timeout_s).ok:
             self.reset_offsets(name)
-        r = requests.delete(f"{self.url}/connectors/{name}", timeout=self.timeout_s)
+        r = self._send("DELETE", f"/connectors/{name}")
         if r.status_code not in (204, 404):
             r.raise_for_status()

@@ -103,13 +103,14 @@ def test_a_key_column_widened_to_text_keeps_one_row_per_key(spark: SparkSession,
     write_silver(first, target, 0, "q", NO_SYNC)
     assert [r[0] for r in spark.read.format("hudi").load(path).select(KEY_LENGTHS_COL).collect()] == [".2", ".2"]
 
-    widened = spark.createDataFrame([("12345", "eu", 10, "02", False), ("7", "us", 20, "02", True)],
-                                    f"amount string, region string, v int, {columns}")
+    wide = "1" * 42  # past the table's decimal(10,0): it must be text by now
+    widened = spark.createDataFrame([("12345", "eu", 10, "02", False), ("7", "us", 20, "02", True),
+                                     (wide, "x", 30, "02", False)], f"amount string, region string, v int, {columns}")
     change = Widening().apply(widened, target, 1, "q", extra=lambda: NO_SYNC)
     assert list(change.widened) == ["amount"]
     write_silver(widened, target, 1, "q", NO_SYNC)
     rows = spark.read.format("hudi").load(path).select("amount", "region", "v", KEY_LENGTHS_COL).collect()
-    assert [tuple(r) for r in rows] == [("12345", "eu", 10, "5.2")]
+    assert sorted(tuple(r) for r in rows) == sorted([("12345", "eu", 10, "5.2"), (wide, "x", 30, "42.1")])
 
 
 def test_the_layout_read_from_the_properties_backup(spark: SparkSession, lake_root: str) -> None:

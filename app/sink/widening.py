@@ -69,6 +69,10 @@ REWRITE_OPTIONS = {
     "hoodie.datasource.write.operation": "insert_overwrite_table",
     "hoodie.avro.schema.validate": "false",
     "hoodie.datasource.write.schema.allow.auto.evolution.column.drop": "true",
+    # Hudi would otherwise cast the rewrite's columns back to the table's types where it deems that a promotion,
+    # among them text to decimal (HoodieSchemaUtils.canonicalizeSchema): a decimal column widened to text stayed
+    # decimal, and its first value past the table's precision failed every later write of the table.
+    "hoodie.internal.write.schema.canonicalize": "false",
     **SYNC_OFF,  # the batch's upsert right after syncs the catalog
 }
 

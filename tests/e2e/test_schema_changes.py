@@ -89,6 +89,7 @@ SOURCES = {
         "varchar(10) -> varchar(50)": "alter table {t}.items alter column label type varchar(50)",
         "numeric(6,2) -> numeric(12,2)": "alter table {t}.items alter column price type numeric(12,2)",
         "numeric(5,2) -> numeric(7,4)": "alter table {t}.items alter column rate type numeric(7,4)",
+        "numeric(12,2) -> numeric(40,2)": "alter table {t}.items alter column price type numeric(40,2)",
         "text -> int": "alter table {t}.codes alter column code type int using code::int",
     }, "real", "timestamp with time zone"),
     "mariadb": Source("mariadb", f"scm_{RUN_ID}", [
@@ -113,6 +114,7 @@ SOURCES = {
         "varchar(10) -> varchar(50)": "alter table {t}.items modify label varchar(50)",
         "numeric(6,2) -> numeric(12,2)": "alter table {t}.items modify price decimal(12,2)",
         "numeric(5,2) -> numeric(7,4)": "alter table {t}.items modify rate decimal(7,4)",
+        "numeric(12,2) -> numeric(40,2)": "alter table {t}.items modify price decimal(40,2)",
         "text -> int": "alter table {t}.codes modify code int",
     }, "float", "timestamp"),
 }
@@ -235,7 +237,9 @@ def _until(what: str, done: Callable[[], bool], job: Running, *, reads_silver: b
 def _source_value(source: Source, column: str, data_type: str) -> str:
     """The source's select expression of a column, comparable with Silver's (`_silver_value`): a single-precision
     float as the double of its binary value (which the drivers' text of it is not); a point in time as microseconds
-    since the epoch."""
+    since the epoch; a numeric as its text (Silver holds one of more than 38 digits as text)."""
+    if data_type in ("numeric", "decimal"):
+        return f"{column}::text" if source.kind == "postgresql" else f"cast({column} as char)"
     if data_type == source.float_type:
         return f"cast({column} as double precision)" if source.kind == "postgresql" else f"cast({column} as double)"
     if data_type == source.instant_type:
@@ -246,6 +250,8 @@ def _source_value(source: Source, column: str, data_type: str) -> str:
 
 
 def _silver_value(source: Source, column: str, data_type: str) -> str:
+    if data_type in ("numeric", "decimal"):
+        return f"cast({column} as string) as {column}"
     return f"unix_micros({column}) as {column}" if data_type == source.instant_type else column
 
 
@@ -380,6 +386,17 @@ def test_numeric_precision_widened(running: Running) -> None:
 def test_numeric_scale_widened(running: Running) -> None:
     _change(running, "numeric(5,2) -> numeric(7,4)", dml="update {t}.items set rate = 1.2345 where id = 5",
             column="rate", catalog_type="decimal(7,4)")
+
+
+def test_numeric_widened_past_38_digits_becomes_text(running: Running) -> None:
+    # Past Spark's 38 digits Silver holds a numeric as its exact text: the table is rewritten with the column as
+    # text (Hudi cast it back to decimal(12,2) until 2026-12-01, and the wide value then failed every write).
+    wide = "12345678901234567890123456789012345678.91"
+    _change(running, "numeric(12,2) -> numeric(40,2)", dml=f"update {{t}}.items set price = {wide} where id = 3",
+            column="price", catalog_type="string")
+
+    rows = {r["id"]: r["price"] for r in running.silver("items").select("id", "price").collect()}
+    assert rows[3] == wide and rows[5] == "5001.25"
 
 
 def test_a_dropped_column_stays_in_silver_null_from_then_on(running: Running) -> None:
