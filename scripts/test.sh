@@ -42,7 +42,9 @@ jvm_flags=${JAVA_TOOL_OPTIONS:-"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSiz
 # The Spark drivers' class-data sharing archive (devkit/cds.py), made (when stale) while the stack starts.
 JAVA_TOOL_OPTIONS=$jvm_flags scripts/setup.sh cds > .deps/cds.out 2>&1 & cds_pid=$!
 scripts/stack.sh up
-if wait "$cds_pid"; then cat .deps/cds.out; else cat .deps/cds.out; echo "[test] cds archive not made: the drivers start without it"; fi
+cds_rc=0; wait "$cds_pid" || cds_rc=$?
+cat .deps/cds.out
+if [[ $cds_rc != 0 ]]; then echo "[test] cds archive not made: the drivers start without it"; fi
 echo "[test] pytest"
 # Under a non-UTC zone on purpose: no conversion may depend on the machine's time zone.
 export TZ=America/Los_Angeles
