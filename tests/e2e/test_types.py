@@ -1,12 +1,13 @@
 """Every PostgreSQL column type, through the real Debezium connector in each of its modes, equals the source.
 
 One table holds a column of each type and rows of edge values (NULL, NaN, ±Infinity, more than 38 digits,
-pre-1970 and infinite dates, intervals with months, arrays holding NULLs). Three connectors capture it, one
-per mode combination, into three Silver tables:
+pre-1970 and infinite dates, intervals with months, arrays holding NULLs). Four connectors capture it, one
+per mode combination, into four Silver tables:
 
     a  decimal.handling.mode=precise  time.precision.mode=adaptive                    interval.handling.mode=numeric
     b  decimal.handling.mode=double   time.precision.mode=adaptive_time_microseconds  interval.handling.mode=string
     c  decimal.handling.mode=string   time.precision.mode=connect                     interval.handling.mode=numeric
+    d  as a, with hstore.handling.mode=map and binary.handling.mode=hex
 
 After the snapshot, and again after every row is rewritten by an UPDATE (the merge path, through another
 writer than the insert), each Silver table is compared value by value with what PostgreSQL says the value is
@@ -59,7 +60,11 @@ MODES: dict[str, dict[str, str]] = {
     "b": {"decimal.handling.mode": "double", "time.precision.mode": "adaptive_time_microseconds",
           "interval.handling.mode": "string"},
     "c": {"decimal.handling.mode": "string", "time.precision.mode": "connect", "interval.handling.mode": "numeric"},
+    # The defaults of a, with the two modes that change how hstore and bytea arrive.
+    "d": {"decimal.handling.mode": "precise", "time.precision.mode": "adaptive", "interval.handling.mode": "numeric",
+          "hstore.handling.mode": "map", "binary.handling.mode": "hex"},
 }
+BASE_MODE = {"d": "a"}  # a mode whose columns are as another's unless they say otherwise
 
 # The enum's name is this module's alone (the others say key_mood, verify_mood): Debezium looks array types up by
 # name, so when another module dropped its schema's `mood` while this connector streamed, c_enum_arr's changes
@@ -225,14 +230,23 @@ class Col:
     types: dict[str, DataType]
     sql: dict[str, str]
     actual: Callable[[Column], Column] | None = None  # normalises the Silver value before comparing
+    actual_in: dict[str, Callable[[Column], Column]] = dataclasses.field(default_factory=dict)  # per mode
     both: Callable[[Column], Column] | None = None  # normalises both sides (e.g. JSON key order)
     python: Callable[[Any], Any] | None = None  # turns the fetched expected value into the Spark value
 
     def type_for(self, mode: str) -> DataType:
-        return self.types[mode] if mode in self.types else self.types["*"]
+        return self.types[_key(self.types, mode)]
+
+    def actual_for(self, mode: str) -> Callable[[Column], Column]:
+        return self.actual_in.get(mode) or self.actual or (lambda c: c)
 
     def sql_for(self, mode: str) -> str:
-        return (self.sql[mode] if mode in self.sql else self.sql["*"]).format(c=self.name)
+        return self.sql[_key(self.sql, mode)].format(c=self.name)
+
+
+def _key(entries: dict[str, Any], mode: str) -> str:
+    """The entry for `mode`: its own, else its base mode's (BASE_MODE), else the `*` entry."""
+    return next(m for m in (mode, BASE_MODE.get(mode), "*") if m in entries)
 
 
 def _same(name: str, spark_type: DataType, sql: str = "{c}") -> Col:
@@ -250,6 +264,11 @@ def _ts(name: str, millis_in_c: bool = True, array: bool = False) -> Col:
 
 def _time(name: str) -> Col:
     return Col(name, {"*": StringType()}, {"*": _time_sql("{c}"), "c": _time_sql("{c}", millis=True)})
+
+
+def _json_text(c: Column) -> Column:
+    """A map as JSON text; one argument, as `F.transform` needs (it passes an index to a function of two)."""
+    return F.to_json(c)
 
 
 def _hstore_entries(c: Column) -> Column:
@@ -327,7 +346,7 @@ COLUMNS: list[Col] = [
     _same("c_bit10", StringType(), "{c}::text"),
     # varbit: the connector sends the declared length only; shorter values come back left-padded with zeros
     _same("c_varbit20", StringType(), "lpad({c}::text, 20, '0')"),
-    _same("c_bytea", BinaryType()),
+    Col("c_bytea", {"*": BinaryType(), "d": StringType()}, {"*": "{c}", "d": "encode({c}, 'hex')"}),
     _same("c_inet", StringType(), OUTPUT),
     _same("c_cidr", StringType(), OUTPUT),
     _same("c_macaddr", StringType(), OUTPUT),
@@ -336,7 +355,8 @@ COLUMNS: list[Col] = [
     _same("c_tsrange", StringType(), OUTPUT),
     _same("c_tstzrange", StringType(), OUTPUT),
     _same("c_daterange", StringType(), OUTPUT),
-    Col("c_hstore", {"*": StringType()}, {"*": "hstore_to_json({c})::text"}, both=_hstore_entries),
+    Col("c_hstore", {"*": StringType()}, {"*": "hstore_to_json({c})::text"}, both=_hstore_entries,
+        actual_in={"d": F.to_json}),
     Col("c_geometry", {"*": StructType([StructField("wkb", BinaryType()), StructField("srid", IntegerType())])},
         {"*": "case when {c} is null then null else row(ST_AsEWKB({c}), nullif(ST_SRID({c}), 0)) end"}),
     Col("c_geography", {"*": StructType([StructField("wkb", BinaryType()), StructField("srid", IntegerType())])},
@@ -354,7 +374,8 @@ COLUMNS: list[Col] = [
         actual=lambda c: F.transform(c, F.unix_micros)),
     _same("c_uuid_arr", ArrayType(StringType()), "{c}::text[]"),
     _same("c_jsonb_arr", ArrayType(StringType()), "{c}::text[]"),
-    _same("c_bytea_arr", ArrayType(BinaryType())),
+    Col("c_bytea_arr", {"*": ArrayType(BinaryType()), "d": ArrayType(StringType())},
+        {"*": "{c}", "d": _arr("encode(x, 'hex')", "{c}")}),
     _same("c_enum_arr", ArrayType(StringType()), "{c}::text[]"),
     # time[] elements: the connector reads them at millisecond precision and wraps 24:00:00 to 00:00:00, in
     # every mode, although the element schema says MicroTime.
@@ -393,7 +414,8 @@ COLUMNS: list[Col] = [
     _same("c_bigint_arr", ArrayType(LongType())),
     _same("c_smallint_arr", ArrayType(IntegerType())),
     Col("c_hstore_arr", {"*": ArrayType(StringType())}, {"*": _arr("hstore_to_json(x)::text", "{c}")},
-        both=lambda c: F.transform(c, lambda x: F.to_json(_hstore_entries(x)))),
+        both=lambda c: F.transform(c, lambda x: F.to_json(_hstore_entries(x))),
+        actual_in={"d": lambda c: F.transform(c, _json_text)}),
     # connector losses: bit(n)[] arrives NULL, int2vector an empty array
     _same("c_bit_arr", StringType(), "null::text"),
     _same("c_int2vector", ArrayType(IntegerType()), "case when {c} is null then null else '{{}}'::int[] end"),
@@ -482,7 +504,7 @@ def _assert_equal_to_source(spark: SparkSession, conn: psycopg.Connection, run: 
         [(row[0], *[_python_value(c, mode, v) for c, v in zip(COLUMNS, row[1:], strict=True)]) for row in rows],
         schema,
     )
-    actual_df = silver.select("id", *[(c.actual or (lambda x: x))(F.col(c.name)).alias(c.name) for c in COLUMNS])
+    actual_df = silver.select("id", *[c.actual_for(mode)(F.col(c.name)).alias(c.name) for c in COLUMNS])
     assert {f.name: f.dataType for f in actual_df.schema.fields} == {f.name: f.dataType for f in schema.fields}
 
     def both(df: DataFrame) -> DataFrame:

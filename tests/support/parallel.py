@@ -27,7 +27,7 @@ WEIGHT_S: dict[str, float] = {
     "tests/e2e/test_partitions.py": 436,
     "tests/e2e/test_crash.py::test_kill_9_inside_table_creation_is_repaired_on_restart": 370,
     "tests/e2e/test_schema_changes.py": 700,
-    "tests/e2e/test_types.py": 239,
+    "tests/e2e/test_types.py": 390,
     "tests/e2e/test_outages.py": 640,
     "tests/e2e/test_poison.py": 200,
     "tests/e2e/test_framings.py": 199,
