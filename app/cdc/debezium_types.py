@@ -14,6 +14,8 @@ Connect's own Decimal, Date, Time and Timestamp carry Avro logical types. Two st
       9999-12-31 (23:59:59.999999) and 0001-01-01 (00:00:00), which sort where infinity does.
     * A time of day becomes the string `HH:MM:SS.ffffff` (Spark has no time type; PostgreSQL's `24:00:00`
       stays `24:00:00.000000`). `timetz` stays Debezium's UTC-normalised ISO string.
+    * `time.precision.mode=isostring` (PostgreSQL): the ISO text of a date, time or timestamp becomes the type
+      the other modes give it, infinity included.
     * Numbers Spark's decimal cannot hold (over 38 digits, or NUMERIC without a scale) become their exact
       decimal text, decoded in the JVM by `io.cdclake.CdcValues` (jvm/): Spark SQL has no function from
       arbitrary-length two's-complement bytes to a number.
@@ -32,7 +34,7 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from app.cdc.position import MYSQL
+from app.cdc.position import MYSQL, POSTGRESQL
 from app.cdc.unwrap import UNAVAILABLE_PLACEHOLDER, PlaceholderTest
 
 Conversion = Callable[[Column], Column]
@@ -50,6 +52,14 @@ TIMESTAMP_MINUS_INFINITY_MS: Final = -9223372036832400
 ZONED_INFINITY: Final = ("infinity",)
 # Inside timestamptz[] Debezium renders -infinity through java.time's minimum: "+292269055-12-02T23:00:00..."
 ZONED_MINUS_INFINITY: Final = ("-infinity", "+292269055-12-02T23:00:00.000000Z")
+# time.precision.mode=isostring renders the same sentinels as ISO text (checked against the real connector): a
+# date's infinities in the snapshot (and in arrays) as the dates of Long.MAX_VALUE and Long.MIN_VALUE milliseconds
+# (the latter prints a positive year), streamed as the dates of the day counts above; a timestamp's as PgJDBC's
+# constants read as microseconds, in both.
+ISO_DATE_INFINITY: Final = ("+292278994-08-16Z", "-5877611-06-21Z")  # snapshot, streaming
+ISO_DATE_MINUS_INFINITY: Final = ("+292269055-12-02Z", "-5877611-06-22Z")
+ISO_TIMESTAMP_INFINITY: Final = ("+294247-01-10T04:00:25.2Z",)
+ISO_TIMESTAMP_MINUS_INFINITY: Final = ("-290308-12-21T19:59:27.6Z",)
 
 MAX_DATE: Final = "9999-12-31"
 MIN_DATE: Final = "0001-01-01"
@@ -181,6 +191,32 @@ def _zoned_timestamp(text: Column) -> Column:
     )
 
 
+def _iso_date(text: Column) -> Column:
+    """isostring's `yyyy-MM-ddZ` as a date (the day as written; the `Z` says nothing for a date)."""
+    return (
+        F.when(text.isin(*ISO_DATE_INFINITY), F.lit(MAX_DATE).cast("date"))
+        .when(text.isin(*ISO_DATE_MINUS_INFINITY), F.lit(MIN_DATE).cast("date"))
+        .otherwise(F.to_date(F.regexp_replace(text, "Z$", ""), "yyyy-MM-dd"))
+    )
+
+
+def _iso_timestamp(text: Column) -> Column:
+    """isostring's `yyyy-MM-ddTHH:mm:ss[.f]Z` of a timestamp without time zone: its wall-clock time as UTC, as
+    MicroTimestamp's microseconds are."""
+    return (
+        F.when(text.isin(*ISO_TIMESTAMP_INFINITY), F.timestamp_micros(F.lit(MAX_TIMESTAMP_MICROS)))
+        .when(text.isin(*ISO_TIMESTAMP_MINUS_INFINITY), F.timestamp_micros(F.lit(MIN_TIMESTAMP_MICROS)))
+        .otherwise(F.to_timestamp(text))
+    )
+
+
+def _iso_time(text: Column) -> Column:
+    """isostring's `HH:mm:ss[.f]Z` as `HH:MM:SS.ffffff` (the connector has already read 24:00:00 as 00:00:00)."""
+    parts = r"^(\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?Z$"
+    return F.when(text.rlike(parts), F.concat(
+        F.regexp_extract(text, parts, 1), F.lit("."), F.rpad(F.regexp_extract(text, parts, 2), 6, "0")))
+
+
 def _time_of_day(micros: Column) -> Column:
     """`HH:MM:SS.ffffff` from microseconds past midnight, by arithmetic (24:00:00 included)."""
     us = micros.cast("long")
@@ -222,6 +258,16 @@ _BY_CONNECT_NAME: dict[str, Conversion] = {
 }
 
 
+# time.precision.mode=isostring (PostgreSQL): the same Spark types as the other modes. Not given to MySQL/MariaDB,
+# where the mode is not checked (their TIME is an elapsed time, not a time of day) and the text stays as sent.
+_POSTGRESQL_CONNECT_NAMES: dict[str, Conversion] = {
+    **_BY_CONNECT_NAME,
+    "io.debezium.time.IsoDate": _iso_date,
+    "io.debezium.time.IsoTimestamp": _iso_timestamp,
+    "io.debezium.time.IsoTime": _iso_time,
+}
+
+
 # MySQL/MariaDB TIME spans -838:59:59.999999 to 838:59:59.999999: an elapsed time, not a time of day. Whatever
 # the time.precision.mode, it becomes the interval text PostgreSQL's interval gets (connect mode's milliseconds
 # cover only 00:00:00 to 23:59:59.999; the connector sends NULL for other values).
@@ -256,7 +302,8 @@ def conversion(
         # 0 (absent) or a huge length: an unbounded varbit, rendered without padding (CdcValues.bitsText).
         length = int(node.get("connect.parameters", {}).get("length", 0))
         return lambda c: _bits_text(c, length)
-    return (_MYSQL_CONNECT_NAMES if connector == MYSQL else _BY_CONNECT_NAME).get(connect_name or "")
+    names = {MYSQL: _MYSQL_CONNECT_NAMES, POSTGRESQL: _POSTGRESQL_CONNECT_NAMES}.get(connector or "", _BY_CONNECT_NAME)
+    return names.get(connect_name or "")
 
 
 def with_debezium_types(

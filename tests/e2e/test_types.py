@@ -7,7 +7,7 @@ per mode combination, into four Silver tables:
     a  decimal.handling.mode=precise  time.precision.mode=adaptive                    interval.handling.mode=numeric
     b  decimal.handling.mode=double   time.precision.mode=adaptive_time_microseconds  interval.handling.mode=string
     c  decimal.handling.mode=string   time.precision.mode=connect                     interval.handling.mode=numeric
-    d  as a, with hstore.handling.mode=map and binary.handling.mode=hex
+    d  as a, with time.precision.mode=isostring, hstore.handling.mode=map and binary.handling.mode=hex
 
 After the snapshot, and again after every row is rewritten by an UPDATE (the merge path, through another
 writer than the insert), each Silver table is compared value by value with what PostgreSQL says the value is
@@ -60,8 +60,8 @@ MODES: dict[str, dict[str, str]] = {
     "b": {"decimal.handling.mode": "double", "time.precision.mode": "adaptive_time_microseconds",
           "interval.handling.mode": "string"},
     "c": {"decimal.handling.mode": "string", "time.precision.mode": "connect", "interval.handling.mode": "numeric"},
-    # The defaults of a, with the two modes that change how hstore and bytea arrive.
-    "d": {"decimal.handling.mode": "precise", "time.precision.mode": "adaptive", "interval.handling.mode": "numeric",
+    # As a, with temporal values as ISO text, and the two modes that change how hstore and bytea arrive.
+    "d": {"decimal.handling.mode": "precise", "time.precision.mode": "isostring", "interval.handling.mode": "numeric",
           "hstore.handling.mode": "map", "binary.handling.mode": "hex"},
 }
 BASE_MODE = {"d": "a"}  # a mode whose columns are as another's unless they say otherwise
@@ -263,7 +263,9 @@ def _ts(name: str, millis_in_c: bool = True, array: bool = False) -> Col:
 
 
 def _time(name: str) -> Col:
-    return Col(name, {"*": StringType()}, {"*": _time_sql("{c}"), "c": _time_sql("{c}", millis=True)})
+    # isostring: the connector reads 24:00:00 as 00:00:00
+    return Col(name, {"*": StringType()},
+               {"*": _time_sql("{c}"), "c": _time_sql("{c}", millis=True), "d": _time_sql("{c}", wrap=True)})
 
 
 def _json_text(c: Column) -> Column:

@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 )
 
 from app.cdc.columns import ERROR_COL
-from app.cdc.debezium_types import with_debezium_types
+from app.cdc.debezium_types import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, with_debezium_types
 from app.cdc.position import MYSQL, POSTGRESQL
 from app.cdc.unwrap import (
     EMPTY_KEY,
@@ -387,6 +387,54 @@ def test_zoned_timestamp_iso_string_becomes_its_instant(spark: SparkSession) -> 
     instant = _utc("2024-01-01 10:11:12.123456")
     expected_df = _typed_df(spark, TimestampType(), [instant, instant])
     assert_df_equality(actual_df, expected_df)
+
+
+def _convert_pg(connect_name: str, value_type: DataType, values: list[Any], spark: SparkSession) -> DataFrame:
+    return with_debezium_types(_typed_df(spark, value_type, values), _fields(connect_name, "string"), "{}",
+                               "postgresql")
+
+
+def test_isostring_dates_become_dates_with_infinity_clamped(spark: SparkSession) -> None:
+    # infinity and -infinity as the snapshot sends them, then as streamed changes do
+    raw = ["2024-02-29Z", "1900-01-01Z", "0001-01-01Z", "+292278994-08-16Z", "+292269055-12-02Z",
+           "-5877611-06-21Z", "-5877611-06-22Z", None]
+
+    actual_df = _convert_pg("io.debezium.time.IsoDate", StringType(), raw, spark)
+
+    expected_df = _typed_df(spark, DateType(), [date(2024, 2, 29), date(1900, 1, 1), date(1, 1, 1),
+                                                date(9999, 12, 31), date(1, 1, 1), date(9999, 12, 31),
+                                                date(1, 1, 1), None])
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_isostring_timestamps_keep_their_micros_in_any_session_zone(spark: SparkSession, session_zone: str) -> None:
+    raw = ["2024-02-29T12:34:56.123456Z", "1969-12-31T23:59:59.999Z", "1900-01-01T00:00:00Z",
+           "+294247-01-10T04:00:25.2Z", "-290308-12-21T19:59:27.6Z", None]
+
+    actual_df = _convert_pg("io.debezium.time.IsoTimestamp", StringType(), raw, spark)
+
+    assert actual_df.schema["v"].dataType == TimestampType()
+    micros = [r[0] for r in actual_df.select(F.unix_micros("v")).orderBy("id").collect()]
+    assert micros == [1709210096123456, -1000, -2208988800000000, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS,
+                      None], session_zone
+
+
+def test_isostring_times_become_the_time_of_day_text(spark: SparkSession) -> None:
+    raw = ["00:00:00Z", "12:34:56.789Z", "23:59:59.999999Z", "07:08:09.1Z", None]
+
+    actual_df = _convert_pg("io.debezium.time.IsoTime", StringType(), raw, spark)
+
+    expected_df = _typed_df(spark, StringType(), ["00:00:00.000000", "12:34:56.789000", "23:59:59.999999",
+                                                  "07:08:09.100000", None])
+    assert_df_equality(actual_df, expected_df)
+
+
+def test_isostring_names_stay_text_for_other_connectors(spark: SparkSession) -> None:
+    input_df = _typed_df(spark, StringType(), ["2024-02-29Z"])
+
+    for connector in ("mysql", "sqlserver", None):
+        actual_df = with_debezium_types(input_df, _fields("io.debezium.time.IsoDate", "string"), "{}", connector)
+        assert_df_equality(actual_df, input_df)
 
 
 def test_null_semantic_value_stays_null(spark: SparkSession) -> None:
