@@ -196,7 +196,9 @@ def _iso_date(text: Column) -> Column:
     return (
         F.when(text.isin(*ISO_DATE_INFINITY), F.lit(MAX_DATE).cast("date"))
         .when(text.isin(*ISO_DATE_MINUS_INFINITY), F.lit(MIN_DATE).cast("date"))
-        .otherwise(F.to_date(F.regexp_replace(text, "Z$", ""), "yyyy-MM-dd"))
+        # A cast, not to_date: to_date parses through microseconds, and a year past ~290,000 overflows and fails
+        # the task; the cast takes any year a Spark date holds (PostgreSQL's reach to 5874897 AD) and never throws.
+        .otherwise(F.regexp_replace(text, "Z$", "").cast("date"))
     )
 
 
@@ -211,10 +213,11 @@ def _iso_timestamp(text: Column) -> Column:
 
 
 def _iso_time(text: Column) -> Column:
-    """isostring's `HH:mm:ss[.f]Z` as `HH:MM:SS.ffffff` (the connector has already read 24:00:00 as 00:00:00)."""
-    parts = r"^(\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?Z$"
-    return F.when(text.rlike(parts), F.concat(
-        F.regexp_extract(text, parts, 1), F.lit("."), F.rpad(F.regexp_extract(text, parts, 2), 6, "0")))
+    """isostring's `HH:mm:ss[.f]Z` as `HH:MM:SS.ffffff` (the connector has already read 24:00:00 as 00:00:00;
+    PostgreSQL holds microseconds, so digits past the sixth, which java.time could print, are zeros)."""
+    parts = r"^(\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z$"
+    fraction = F.rpad(F.substring(F.regexp_extract(text, parts, 2), 1, 6), 6, "0")
+    return F.when(text.rlike(parts), F.concat(F.regexp_extract(text, parts, 1), F.lit("."), fraction))
 
 
 def _time_of_day(micros: Column) -> Column:

@@ -407,6 +407,18 @@ def test_isostring_dates_become_dates_with_infinity_clamped(spark: SparkSession)
     assert_df_equality(actual_df, expected_df)
 
 
+def test_isostring_dates_past_year_9999_keep_their_day(spark: SparkSession) -> None:
+    """PostgreSQL dates reach 5874897 AD: such a day is the one its ISO text says (as the other modes' day counts
+    give it), and text beyond any Spark date (no PostgreSQL date is) becomes NULL instead of failing the batch."""
+    raw = ["+300000-01-01Z", "+292278994-08-17Z"]
+
+    actual_df = _convert_pg("io.debezium.time.IsoDate", StringType(), raw, spark)
+
+    days = [r[0] for r in actual_df.select(F.datediff("v", F.lit("1970-01-01").cast("date"))).orderBy("id").collect()]
+    assert days[0] == 108853222  # 1970-01-01 to 300000-01-01, proleptic Gregorian
+    assert days[1] is None  # beyond any Spark date: NULL, not an exception
+
+
 def test_isostring_timestamps_keep_their_micros_in_any_session_zone(spark: SparkSession, session_zone: str) -> None:
     raw = ["2024-02-29T12:34:56.123456Z", "1969-12-31T23:59:59.999Z", "1900-01-01T00:00:00Z",
            "+294247-01-10T04:00:25.2Z", "-290308-12-21T19:59:27.6Z", None]
@@ -420,12 +432,12 @@ def test_isostring_timestamps_keep_their_micros_in_any_session_zone(spark: Spark
 
 
 def test_isostring_times_become_the_time_of_day_text(spark: SparkSession) -> None:
-    raw = ["00:00:00Z", "12:34:56.789Z", "23:59:59.999999Z", "07:08:09.1Z", None]
+    raw = ["00:00:00Z", "12:34:56.789Z", "23:59:59.999999Z", "07:08:09.1Z", "01:02:03.123456000Z", None]
 
     actual_df = _convert_pg("io.debezium.time.IsoTime", StringType(), raw, spark)
 
     expected_df = _typed_df(spark, StringType(), ["00:00:00.000000", "12:34:56.789000", "23:59:59.999999",
-                                                  "07:08:09.100000", None])
+                                                  "07:08:09.100000", "01:02:03.123456", None])
     assert_df_equality(actual_df, expected_df)
 
 
