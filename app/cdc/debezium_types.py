@@ -150,12 +150,16 @@ def _bits_text(raw: Column, length: int) -> Column:
     return _jvm("bitsText", raw, F.lit(length))
 
 
-def _days_to_date(days: Column) -> Column:
+def _clamped_date(day: Column, infinity: Column, minus_infinity: Column) -> Column:
     return (
-        F.when(days.isin(*DATE_INFINITY_DAYS), F.lit(MAX_DATE).cast("date"))
-        .when(days.isin(*DATE_MINUS_INFINITY_DAYS), F.lit(MIN_DATE).cast("date"))
-        .otherwise(F.date_add(F.lit("1970-01-01").cast("date"), days))
+        F.when(infinity, F.lit(MAX_DATE).cast("date")).when(minus_infinity, F.lit(MIN_DATE).cast("date"))
+        .otherwise(day)
     )
+
+
+def _days_to_date(days: Column) -> Column:
+    return _clamped_date(F.date_add(F.lit("1970-01-01").cast("date"), days),
+                         days.isin(*DATE_INFINITY_DAYS), days.isin(*DATE_MINUS_INFINITY_DAYS))
 
 
 def _micros_to_timestamp(micros: Column, infinity: Column, minus_infinity: Column) -> Column:
@@ -183,33 +187,27 @@ def _nanos_timestamp(ns: Column) -> Column:
     return F.timestamp_micros(F.floor(ns.cast("decimal(20,0)") / 1000).cast("long"))
 
 
+def _text_timestamp(text: Column, infinity: tuple[str, ...], minus_infinity: tuple[str, ...]) -> Column:
+    """ISO text naming its instant (an offset or `Z`) as a timestamp, the texts of infinity clamped."""
+    return _micros_to_timestamp(F.unix_micros(F.to_timestamp(text)), text.isin(*infinity), text.isin(*minus_infinity))
+
+
 def _zoned_timestamp(text: Column) -> Column:
-    return (
-        F.when(text.isin(*ZONED_INFINITY), F.timestamp_micros(F.lit(MAX_TIMESTAMP_MICROS)))
-        .when(text.isin(*ZONED_MINUS_INFINITY), F.timestamp_micros(F.lit(MIN_TIMESTAMP_MICROS)))
-        .otherwise(F.to_timestamp(text))
-    )
+    return _text_timestamp(text, ZONED_INFINITY, ZONED_MINUS_INFINITY)
 
 
 def _iso_date(text: Column) -> Column:
     """isostring's `yyyy-MM-ddZ` as a date (the day as written; the `Z` says nothing for a date)."""
-    return (
-        F.when(text.isin(*ISO_DATE_INFINITY), F.lit(MAX_DATE).cast("date"))
-        .when(text.isin(*ISO_DATE_MINUS_INFINITY), F.lit(MIN_DATE).cast("date"))
-        # A cast, not to_date: to_date parses through microseconds, and a year past ~290,000 overflows and fails
-        # the task; the cast takes any year a Spark date holds (PostgreSQL's reach to 5874897 AD) and never throws.
-        .otherwise(F.regexp_replace(text, "Z$", "").cast("date"))
-    )
+    # A cast, not to_date: to_date parses through microseconds, and a year past ~290,000 overflows and fails the
+    # task; the cast takes any year a Spark date holds (PostgreSQL's reach to 5874897 AD) and never throws.
+    return _clamped_date(F.regexp_replace(text, "Z$", "").cast("date"),
+                         text.isin(*ISO_DATE_INFINITY), text.isin(*ISO_DATE_MINUS_INFINITY))
 
 
 def _iso_timestamp(text: Column) -> Column:
     """isostring's `yyyy-MM-ddTHH:mm:ss[.f]Z` of a timestamp without time zone: its wall-clock time as UTC, as
     MicroTimestamp's microseconds are."""
-    return (
-        F.when(text.isin(*ISO_TIMESTAMP_INFINITY), F.timestamp_micros(F.lit(MAX_TIMESTAMP_MICROS)))
-        .when(text.isin(*ISO_TIMESTAMP_MINUS_INFINITY), F.timestamp_micros(F.lit(MIN_TIMESTAMP_MICROS)))
-        .otherwise(F.to_timestamp(text))
-    )
+    return _text_timestamp(text, ISO_TIMESTAMP_INFINITY, ISO_TIMESTAMP_MINUS_INFINITY)
 
 
 def _iso_time(text: Column) -> Column:
@@ -282,6 +280,9 @@ _MYSQL_CONNECT_NAMES: dict[str, Conversion] = {
 }
 
 
+_CONNECT_NAMES: dict[str, dict[str, Conversion]] = {MYSQL: _MYSQL_CONNECT_NAMES, POSTGRESQL: _POSTGRESQL_CONNECT_NAMES}
+
+
 def conversion(
     avro_type: Any, named: dict[str, dict[str, Any]] | None = None, connector: str | None = None
 ) -> Conversion | None:
@@ -305,8 +306,7 @@ def conversion(
         # 0 (absent) or a huge length: an unbounded varbit, rendered without padding (CdcValues.bitsText).
         length = int(node.get("connect.parameters", {}).get("length", 0))
         return lambda c: _bits_text(c, length)
-    names = {MYSQL: _MYSQL_CONNECT_NAMES, POSTGRESQL: _POSTGRESQL_CONNECT_NAMES}.get(connector or "", _BY_CONNECT_NAME)
-    return names.get(connect_name or "")
+    return _CONNECT_NAMES.get(connector or "", _BY_CONNECT_NAME).get(connect_name or "")
 
 
 def with_debezium_types(

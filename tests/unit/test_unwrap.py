@@ -29,7 +29,7 @@ from pyspark.sql.types import (
 
 from app.cdc.columns import ERROR_COL
 from app.cdc.debezium_types import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, with_debezium_types
-from app.cdc.position import MYSQL, POSTGRESQL
+from app.cdc.position import MYSQL, POSTGRESQL, SQLSERVER
 from app.cdc.unwrap import (
     EMPTY_KEY,
     KEY_FRAMING,
@@ -391,7 +391,7 @@ def test_zoned_timestamp_iso_string_becomes_its_instant(spark: SparkSession) -> 
 
 def _convert_pg(connect_name: str, value_type: DataType, values: list[Any], spark: SparkSession) -> DataFrame:
     return with_debezium_types(_typed_df(spark, value_type, values), _fields(connect_name, "string"), "{}",
-                               "postgresql")
+                               POSTGRESQL)
 
 
 def test_isostring_dates_become_dates_with_infinity_clamped(spark: SparkSession) -> None:
@@ -444,7 +444,7 @@ def test_isostring_times_become_the_time_of_day_text(spark: SparkSession) -> Non
 def test_isostring_names_stay_text_for_other_connectors(spark: SparkSession) -> None:
     input_df = _typed_df(spark, StringType(), ["2024-02-29Z"])
 
-    for connector in ("mysql", "sqlserver", None):
+    for connector in (MYSQL, SQLSERVER, None):
         actual_df = with_debezium_types(input_df, _fields("io.debezium.time.IsoDate", "string"), "{}", connector)
         assert_df_equality(actual_df, input_df)
 
