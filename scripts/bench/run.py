@@ -137,9 +137,11 @@ def alternate(sides: list[str], runs: int) -> list[str]:
     return order
 
 
-def timed(sides: dict[str, Callable[[int], dict[str, float]]], runs: int) -> dict[str, list[dict[str, float]]]:
-    """Each side once to warm up, then `runs` times in alternating order; each call returns its figures."""
-    for name, side in sides.items():
+def timed(sides: dict[str, Callable[[int], dict[str, float]]], runs: int, warm_up: bool = True
+          ) -> dict[str, list[dict[str, float]]]:
+    """Each side once to warm up (unless `warm_up` is false: `--smoke`, whose times nobody reads), then `runs`
+    times in alternating order; each call returns its figures."""
+    for name, side in sides.items() if warm_up else ():
         log.info("warm-up: %s", name)
         side(-1)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
@@ -161,7 +163,8 @@ def medians(scenario: str, name: str, results: dict[str, list[dict[str, float]]]
 
 # --- B1: the ceiling -------------------------------------------------------------------------------------------
 
-def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tuple[list[Figure], dict[str, Any]]:
+def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int, warm_up: bool = True
+            ) -> tuple[list[Figure], dict[str, Any]]:
     """The job's batch function against the same plan written as plain Parquet, over every record of the topics."""
     raw_df = (
         spark.read.format("kafka")
@@ -217,7 +220,7 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int) -> tup
     print(f"\nB1 ceiling: {records} records on {config.kafka.topic_pattern!r}, lake.table_writers="
           f"{config.lake.table_writers}")
     try:
-        results = timed({"job": job, "parquet": parquet}, runs)
+        results = timed({"job": job, "parquet": parquet}, runs, warm_up)
     finally:
         for n in range(-1, runs * 2):
             for side in ("job", "parquet"):
@@ -557,7 +560,8 @@ def growth(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[li
         }
         options[layout] = {**write_options(targets[args.small], 0, "bench"), **UNIQUE_ROWS}
         print(f" {layout}:")
-        results = timed({str(size): Upserts(spark, target, args.batch) for size, target in targets.items()}, args.runs)
+        results = timed({str(size): Upserts(spark, target, args.batch) for size, target in targets.items()}, args.runs,
+                        not args.smoke)
         figures += medians("growth", f"{layout} upsert", results, {"s": "s", "cpu_s": "CPU-s"})
         ratio = statistics.median(r["s"] for r in results[str(args.large)]) / statistics.median(
             r["s"] for r in results[str(args.small)])
@@ -617,7 +621,7 @@ def widen(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[lis
             return {"s": time.monotonic() - wall, "cpu_s": cpu_s(upserts.pid) - cpu}
 
         print(f" {layout}:")
-        results = timed({"rewrite": rewrite_once, "upsert": upserts}, args.runs)
+        results = timed({"rewrite": rewrite_once, "upsert": upserts}, args.runs, not args.smoke)
         figures += medians("widen", f"{layout}", results, {"s": "s", "cpu_s": "CPU-s"})
         ratio = statistics.median(r["s"] for r in results["rewrite"]) / statistics.median(
             r["s"] for r in results["upsert"])
@@ -820,7 +824,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="job-runs: changes in the burst before the second runs (200, as the demo; 0: no burst)")
     parser.add_argument("--out", default=str(ROOT / ".bench"), help="folder for results.json and results.md")
     parser.add_argument("--smoke", action="store_true",
-                        help=f"tiny sizes, one run, no job-runs unless asked (CI: it must not rot): {SMOKE}")
+                        help=f"tiny sizes, one run, no warm-up, no job-runs unless asked (CI: it must not rot): {SMOKE}")
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs, args.small, args.large, args.batch = (SMOKE[k] for k in ("runs", "small", "large", "batch"))
@@ -867,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         print("Spark settings:\n" + "\n".join(f"  {k}={v}" for k, v in sorted(details["spark_conf"].items())))
         scenarios: dict[str, Callable[[], tuple[list[Figure], dict[str, Any]]]] = {
-            "ceiling": lambda: ceiling(spark, config, lake, args.runs),
+            "ceiling": lambda: ceiling(spark, config, lake, args.runs, not args.smoke),
             "naive": lambda: naive(spark, args.conf, config, lake, args),
             "freshness": lambda: freshness_runs(spark, args.conf, lake, args),
             "backlog": lambda: backlog(spark, args.conf, config, lake, args),

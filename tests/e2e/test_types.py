@@ -2,7 +2,8 @@
 
 One table holds a column of each type and rows of edge values (NULL, NaN, ±Infinity, more than 38 digits,
 pre-1970 and infinite dates, intervals with months, arrays holding NULLs). Four connectors capture it, one
-per mode combination, into four Silver tables:
+per mode combination, into four Silver tables (the connectors are the four sources of one job config, each
+with a database of its own, so each phase below is one available-now run writing the four tables in one batch):
 
     a  decimal.handling.mode=precise  time.precision.mode=adaptive                    interval.handling.mode=numeric
     b  decimal.handling.mode=double   time.precision.mode=adaptive_time_microseconds  interval.handling.mode=string
@@ -44,7 +45,7 @@ from pyspark.sql.types import (
 )
 
 from app.batch.processor import BatchProcessor
-from app.config import JobConfig
+from app.config import JobConfig, LakeConfig, SourceConfig
 from app.job import await_query, start_query
 from app.wire.registry import RegistryClient
 from tests.conftest import RUN_ID
@@ -459,25 +460,41 @@ def pg_conn(stack: None) -> Iterator[psycopg.Connection]:
 @dataclasses.dataclass
 class ModeRun:
     mode: str
-    config: JobConfig
-    processor: BatchProcessor
+    prefix: str  # its connector's topic prefix
+    database: str  # its Silver table's catalog database (its source's `database`)
+    lake: LakeConfig
 
     @property
     def table_path(self) -> str:
-        return self.config.lake.table_path(f"{SCHEMA}_all_types")
+        return self.lake.table_path(f"{SCHEMA}_all_types", self.database)
+
+
+@dataclasses.dataclass
+class Runs:
+    """The four modes' connectors as the four sources of one job config: one available-now run writes all four
+    Silver tables (each in a database of its own) in one batch."""
+
+    config: JobConfig
+    processor: BatchProcessor
+    modes: dict[str, ModeRun]
 
 
 @pytest.fixture(scope="module")
-def runs(spark: SparkSession, local_config: JobConfig, pg_conn: psycopg.Connection,
-         lake_root: str) -> Iterator[dict[str, ModeRun]]:
+def runs(spark: SparkSession, local_config: JobConfig, pg_conn: psycopg.Connection, lake_root: str) -> Iterator[Runs]:
+    base = job_config_for(local_config, f"ty{RUN_ID}", f"types_{RUN_ID}", f"{lake_root}/types")
+    modes = {mode: ModeRun(mode, f"ty{mode}{RUN_ID}", f"types_{mode}_{RUN_ID}", base.lake) for mode in MODES}
+    config = dataclasses.replace(
+        base,
+        kafka=dataclasses.replace(base.kafka, topic_pattern=rf"ty[{''.join(MODES)}]{RUN_ID}\.[^.]+\.[^.]+"),
+        source=None,
+        sources=[SourceConfig(topic_prefix=m.prefix, framing="id4", id_type="contentId", database=m.database)
+                 for m in modes.values()],
+    )
     with ExitStack() as stack:
-        out = {}
         for mode, settings in MODES.items():
-            prefix = f"ty{mode}{RUN_ID}"
-            stack.enter_context(debezium_connector(f"types-{mode}-{RUN_ID}", prefix, [SCHEMA], settings=settings))
-            config = job_config_for(local_config, prefix, f"types_{mode}_{RUN_ID}", f"{lake_root}/types_{mode}")
-            out[mode] = ModeRun(mode, config, BatchProcessor(config, RegistryClient.from_config(config.registry)))
-        yield out
+            stack.enter_context(debezium_connector(f"types-{mode}-{RUN_ID}", modes[mode].prefix, [SCHEMA],
+                                                   settings=settings))
+        yield Runs(config, BatchProcessor(config, RegistryClient.from_config(config.registry)), modes)
 
 
 def _wait_for(prefix: str, count: int) -> None:
@@ -488,9 +505,12 @@ def _wait_for(prefix: str, count: int) -> None:
         time.sleep(1)
 
 
-def _run(spark: SparkSession, run: ModeRun) -> None:
-    query = start_query(spark, run.config, run.processor, available_now=True)
-    await_query(query, run.processor)
+def _run(spark: SparkSession, runs: Runs, count: int) -> None:
+    """Once every mode's topic holds `count` events: one available-now run over them all."""
+    for run in runs.modes.values():
+        _wait_for(run.prefix, count)
+    query = start_query(spark, runs.config, runs.processor, available_now=True)
+    await_query(query, runs.processor)
 
 
 def _assert_equal_to_source(spark: SparkSession, conn: psycopg.Connection, run: ModeRun) -> None:
@@ -517,24 +537,22 @@ def _assert_equal_to_source(spark: SparkSession, conn: psycopg.Connection, run: 
 
 
 def test_snapshot_of_every_type_equals_the_source(
-    spark: SparkSession, pg_conn: psycopg.Connection, runs: dict[str, ModeRun]
+    spark: SparkSession, pg_conn: psycopg.Connection, runs: Runs
 ) -> None:
     (count,) = pg_conn.execute(f"select count(*) from {SCHEMA}.all_types").fetchone() or (0,)
-    for run in runs.values():
-        _wait_for(run.config.source_list[0].topic_prefix, count)
-        _run(spark, run)
+    _run(spark, runs, count)
+    for run in runs.modes.values():
         _assert_equal_to_source(spark, pg_conn, run)
 
 
 def test_every_type_through_the_update_path_equals_the_source(
-    spark: SparkSession, pg_conn: psycopg.Connection, runs: dict[str, ModeRun]
+    spark: SparkSession, pg_conn: psycopg.Connection, runs: Runs
 ) -> None:
     (columns,) = pg_conn.execute(COLUMNS_SQL).fetchone() or ("",)
     pg_conn.execute(_rotate_sql(columns))
     (count,) = pg_conn.execute(f"select count(*) from {SCHEMA}.all_types").fetchone() or (0,)
-    for run in runs.values():
-        _wait_for(run.config.source_list[0].topic_prefix, 2 * count)
-        _run(spark, run)
-        stats = run.processor.last_stats[f"{run.config.lake.database}.{SCHEMA}_all_types"]
-        assert stats.upserts == count, stats
+    _run(spark, runs, 2 * count)
+    for run in runs.modes.values():
+        stats = runs.processor.last_stats[f"{run.database}.{SCHEMA}_all_types"]
+        assert stats.upserts == count, (run.mode, stats)
         _assert_equal_to_source(spark, pg_conn, run)
