@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import cast
 
 import boto3
 import psycopg
@@ -22,7 +23,7 @@ from pyspark.sql import SparkSession
 from xdist.remote import Producer
 
 from app.config import JobConfig, load_config
-from app.spark import build_session, is_object_store
+from app.spark import build_session, is_object_store, jvm_pid, process_cpu_s
 from tests.support.cdc import CONNECT_URL, KAFKA_BOOTSTRAP, PG_DSN, REGISTRY_URL
 from tests.support.parallel import ModuleScheduling
 
@@ -118,18 +119,75 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleS
 
 
 _module_seconds: dict[str, float] = {}
+_module_cost: dict[str, list[float]] = {}  # module -> [driver CPU s, Spark jobs]
+
+
+class _Cost:
+    """What the test process itself spends: the CPU of this Python process, of the children it reaped and of its
+    SparkSession's JVM, and the Spark jobs that JVM ran. Job processes killed with SIGKILL are not counted (their
+    JVM is reaped by init), nor is the stack's share."""
+
+    def __init__(self) -> None:
+        self.last: tuple[float, int] | None = None
+        self.jvm: int | None = None
+        self.jobs = 0
+
+    def now(self) -> tuple[float, int]:
+        times = os.times()
+        cpu = times.user + times.system + times.children_user + times.children_system
+        session = SparkSession._instantiatedSession  # this process's session, whichever thread made it
+        if session is not None:
+            try:
+                self.jvm = self.jvm or jvm_pid(session)
+                self.jobs = int(session.sparkContext._jsc.sc().dagScheduler().nextJobId())
+            except Exception:  # a session being stopped: its jobs counted up to here
+                pass
+        return cpu + ((process_cpu_s(self.jvm) or 0.0) if self.jvm else 0.0), self.jobs
+
+    def since_last(self) -> tuple[float, int]:
+        now = self.now()
+        before = self.last or now
+        self.last = now
+        return now[0] - before[0], max(now[1] - before[1], 0)
+
+
+_cost = _Cost()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _cost.since_last()  # from here: the first test's set-up counts the SparkSession's start
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Each phase's cost (`_Cost`) on its report, for the summary below (xdist carries user_properties over)."""
+    report = yield
+    report.user_properties.append(("cost", _cost.since_last()))
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Time per test module (set-up, call and tear-down, module fixtures included), for the summary below."""
     module = report.nodeid.split("::", 1)[0]
     _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+    for name, value in report.user_properties:
+        if name == "cost":
+            cpu, jobs = cast(tuple[float, int], value)
+            total = _module_cost.setdefault(module, [0.0, 0.0])
+            total[0] += cpu
+            total[1] += jobs
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _module_seconds:
         return
     terminalreporter.section("time per module")
+    terminalreporter.write_line("  wall s   driver CPU s  Spark jobs  module (driver: the test process, its Spark "
+                                "JVM, reaped children)")
     for module, seconds in sorted(_module_seconds.items(), key=lambda kv: -kv[1]):
-        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
-    terminalreporter.write_line(f"{sum(_module_seconds.values()):8.1f} s  in all")
+        cpu, jobs = _module_cost.get(module, (0.0, 0.0))
+        terminalreporter.write_line(f"{seconds:8.1f}   {cpu:12.1f}  {int(jobs):10d}  {module}")
+    cpu, jobs = (sum(c[i] for c in _module_cost.values()) for i in (0, 1))
+    terminalreporter.write_line(f"{sum(_module_seconds.values()):8.1f}   {cpu:12.1f}  {int(jobs):10d}  in all")
