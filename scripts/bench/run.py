@@ -824,7 +824,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="job-runs: changes in the burst before the second runs (200, as the demo; 0: no burst)")
     parser.add_argument("--out", default=str(ROOT / ".bench"), help="folder for results.json and results.md")
     parser.add_argument("--smoke", action="store_true",
-                        help=f"tiny sizes, one run, no warm-up, no job-runs unless asked (CI: it must not rot): {SMOKE}")
+                        help=f"tiny sizes, one run, no warm-up, no job-runs unless asked (CI: it must not rot): "
+                             f"{SMOKE}")
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs, args.small, args.large, args.batch = (SMOKE[k] for k in ("runs", "small", "large", "batch"))
