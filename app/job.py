@@ -182,8 +182,9 @@ def run(
     # Which code and config this run has (a packaged run: the zip spark-submit fetched from --py-files).
     log.info("job code %s, config %s", Path(app.__file__).parent, conf_file)
     # Under spark-submit the driver is up before this runs: scripts/submit.sh chose its options.
-    quick = not jvm_started() and use_available_now_options(config, available_now)
-    stream = not jvm_started() and not available_now
+    new_jvm = not jvm_started()
+    quick = new_jvm and use_available_now_options(config, available_now)
+    stream = new_jvm and not available_now
     spark = build_session("cdc-lakehouse", config.spark, config.metastore, with_available_now_options=quick,
                           stream=stream)
     spark.sparkContext.setLogLevel("WARN")

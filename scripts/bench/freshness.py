@@ -3,8 +3,10 @@
 A schema of `tables` tables gets its own Debezium connector (scripts/bench/source.py) and its own job process
 (`app/main.py`, the given config with a 1-second trigger, the lake under the bench's folder; or, for B2, the naive
 baseline of scripts/bench/naive.py with a 1-second trigger). Once the job has created every table, a workload
-thread runs `rate` transactions a second for `duration` seconds: each inserts a new row into one table, or into
-two (a transaction spanning tables), and most also update or delete an earlier row.
+thread runs `rate` transactions a second for `warm_up` + `duration` seconds: each inserts a new row into one table,
+or into two (a transaction spanning tables), and most also update or delete an earlier row. The first `warm_up`
+seconds are the consumer's warm-up (a new JVM's compilers are busy for its first minutes): their transactions must
+reach Silver like the others, but the figures (freshness, the achieved rate) are of the `duration` after them.
 A transaction's commit time is the moment its COMMIT returns to the workload (the same clock as the job's; at
 most a round trip after PostgreSQL's commit). A watcher lists every table's timeline every `POLL_S` seconds, so the
 completion time of each Hudi commit (in its completed instant's file name) is known even after archival moves it;
@@ -54,6 +56,7 @@ HISTORY_EVERY = 5  # polls between listings of the timeline's history (archival'
 class Transaction:
     committed: float  # epoch seconds, as the workload saw its COMMIT return
     rows: list[tuple[int, int]]  # (table number, inserted id)
+    measured: bool = True  # false in the warm-up
 
 
 class TimelineWatcher(threading.Thread):
@@ -110,10 +113,11 @@ class TimelineWatcher(threading.Thread):
 class Workload:
     tables: int
     rate: float  # transactions a second
-    duration: float  # seconds
+    duration: float  # seconds measured
     # How long after the workload every transaction may take to reach Silver before the run fails (B3's rule: 60 s;
     # the CI's smoke, which asserts no times, waits longer on a machine its other tests keep busy).
     settle_s: float = SETTLE_S
+    warm_up: float = 0.0  # seconds of the same workload before the measured ones
 
 
 CONSUMERS = ("job", "naive")
@@ -164,14 +168,19 @@ class FreshnessRun:
             delete_path(self.spark, self.root)
 
     def _workload(self) -> tuple[list[Transaction], float]:
-        """`rate` transactions a second for `duration` seconds, each committed on schedule (late ones at once)."""
+        """`rate` transactions a second for `warm_up` + `duration` seconds, each committed on schedule (late ones at
+        once); the seconds elapsed over the measured ones."""
         rng = random.Random(7)
         transactions: list[Transaction] = []
         deleted: set[tuple[int, int]] = set()
         tables, rate, schema = self.workload.tables, self.workload.rate, self.schema
+        warm_up = int(rate * self.workload.warm_up)
         with psycopg.connect(self.source.dsn) as conn:
-            started = time.monotonic()
-            for k in range(int(rate * self.workload.duration)):
+            started = measured_from = time.monotonic()
+            for k in range(warm_up + int(rate * self.workload.duration)):
+                if k == warm_up:
+                    log.info("warm-up over: %d transactions; measuring", warm_up)
+                    measured_from = started + k / rate
                 delay = started + k / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
@@ -188,8 +197,8 @@ class FreshnessRun:
                         conn.execute(f"delete from {schema}.t{n} where id = %s", (seed[1],))
                         deleted.add(seed)
                 conn.commit()
-                transactions.append(Transaction(time.time(), rows))
-            elapsed = time.monotonic() - started
+                transactions.append(Transaction(time.time(), rows, measured=k >= warm_up))
+            elapsed = time.monotonic() - measured_from
         return transactions, elapsed
 
     def _measure(self, transactions: list[Transaction], elapsed: float) -> dict[str, Any]:
@@ -205,8 +214,9 @@ class FreshnessRun:
 
         self._wait(all_held, self.workload.settle_s, "every transaction in Silver", poll_s=3.0)
         watcher.poll()
-        lags = []  # in commit order
-        for t in transactions:
+        lags = []  # in commit order, of the measured transactions
+        measured = [t for t in transactions if t.measured]
+        for t in measured:
             ends = [watcher.completed[paths[n]].get(held[n][row_id]) for n, row_id in t.rows]
             if any(end is None for end in ends):
                 raise RuntimeError(f"a commit of {t.rows} is not on the timelines watched")
@@ -215,18 +225,20 @@ class FreshnessRun:
         differ = self.source.differences(spark, dict(zip(self.source.table_names, paths, strict=True)))
         if differ:
             raise RuntimeError(f"the {self.consumer}'s Silver differs from PostgreSQL: {'; '.join(differ)}")
-        achieved = len(transactions) / elapsed
+        achieved = len(measured) / elapsed
         ordered = sorted(lags)
         last = transactions[-1].committed
         during = [sum(1 for end in watcher.completed[p].values() if end <= last + SETTLE_S) for p in paths]
         return {
             "tables": tables, "rate": self.workload.rate, "achieved_rate": achieved,
-            "duration_s": self.workload.duration, "valid": achieved >= 0.95 * self.workload.rate,
-            "transactions": len(transactions), "p50_s": statistics.median(ordered),
+            "duration_s": self.workload.duration, "warm_up_s": self.workload.warm_up,
+            "valid": achieved >= 0.95 * self.workload.rate,
+            "transactions": len(measured), "warm_up_transactions": len(transactions) - len(measured),
+            "p50_s": statistics.median(ordered),
             "p95_s": ordered[int(0.95 * (len(ordered) - 1))], "max_s": ordered[-1],
             "commits_per_table": statistics.median(during),
-            "series": [(round(t.committed - transactions[0].committed, 3), round(lag, 3))
-                       for t, lag in zip(transactions, lags, strict=True)],
+            "series": [(round(t.committed - measured[0].committed, 3), round(lag, 3))
+                       for t, lag in zip(measured, lags, strict=True)],
             "batches": self._batches(),
             "services": watcher.service_counts(),
         }

@@ -79,7 +79,9 @@ def test_a_smoke_run_measures_every_figure_and_cleans_up(
     assert ("ceiling", "job throughput as a share of the ceiling", "job") in figures
     for run in ("3", "3 naive"):  # the job, then the naive baseline (B2) under the same workload
         fresh = report["details"]["freshness"][run]
-        assert fresh["transactions"] == 100 and len(fresh["series"]) == 100  # --smoke: 10 tx/s for 10 s
+        # --smoke: 10 tx/s for 10 s, after a warm-up of 5 s whose 50 transactions reach Silver but are not measured
+        assert fresh["transactions"] == 100 and len(fresh["series"]) == 100
+        assert fresh["warm_up_transactions"] == 50 and fresh["series"][0][0] == 0.0
         assert 0 < fresh["p50_s"] <= fresh["p95_s"] <= fresh["max_s"]
     assert ("freshness", "3 tables: naive p95 over the job's", "job") in figures
     # B2: both sides over the same backlog (--smoke: 2 tables of 100 rows, a third updated, a tenth deleted), each
