@@ -100,8 +100,8 @@ from scripts.bench.source import BenchSource  # noqa: E402
 
 SCENARIOS = ("ceiling", "naive", "freshness", "backlog", "growth", "widen", "job-runs", "soak")
 DEFAULT_SCENARIOS = SCENARIOS[:-1]  # the soak takes its own half hour: asked for by name
-SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "tables": [3],
-         "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300, "layouts": ["cow"],
+SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "warm_up": 5.0,
+         "tables": [3], "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300, "layouts": ["cow"],
          "backlog_tables": 2}
 SMOKE_SETTLE_S = 300.0  # the smoke asserts no times: its transactions may take longer to Silver on a busy machine
 log = logging.getLogger("bench")
@@ -814,7 +814,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=100.0, help="freshness: transactions a second (100)")
     parser.add_argument("--duration", type=float, default=120.0, help="freshness: seconds of workload (120)")
     parser.add_argument("--warm-up", type=float, default=120.0,
-                        help="freshness, soak: seconds of the same workload before the measured ones (120; --smoke: 5)")
+                        help=f"freshness, soak: seconds of the same workload before the measured ones (120; --smoke: "
+                             f"{SMOKE['warm_up']:g})")
     parser.add_argument("--tables", type=int, action="append", help="freshness: tables; repeatable (3 and 7)")
     parser.add_argument("--naive-tables", type=int, action="append",
                         help="freshness: the naive baseline's runs' tables; repeatable (7; 0: no naive freshness run)")
@@ -836,7 +837,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.smoke:
         args.runs, args.small, args.large, args.batch = (SMOKE[k] for k in ("runs", "small", "large", "batch"))
         args.rate, args.duration, args.tables = SMOKE["rate"], SMOKE["duration"], SMOKE["tables"]
-        args.warm_up = 5.0  # the warm-up path runs, briefly
+        args.warm_up = SMOKE["warm_up"]  # the warm-up path runs, briefly
         args.naive_tables, args.naive_rows, args.backlog_rows = SMOKE["tables"], SMOKE["naive_rows"], SMOKE[
             "backlog_rows"]
         args.widen_rows = SMOKE["widen_rows"]
