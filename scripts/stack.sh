@@ -386,7 +386,9 @@ rest.advertised.port=$CONNECT_PORT
 plugin.path=$STACK_DIR/plugins
 EOF
   write_log4j "$dir/log4j.properties"
-  nohup java -Xms256m -Xmx"$HEAP" -Dlog4j.configuration="file:$dir/log4j.properties" \
+  # The worker's time zone is UTC whatever the shell's TZ: PostgreSQL's connector sends tstzrange values as the
+  # text its JDBC session prints, and the driver sets that session's zone from the JVM's.
+  nohup java -Xms256m -Xmx"$HEAP" -Duser.timezone=UTC -Dlog4j.configuration="file:$dir/log4j.properties" \
     -cp "$DEPS/kafka/*" org.apache.kafka.connect.cli.ConnectDistributed "$dir/worker.properties" \
     >> "$LOGS/connect.log" 2>&1 &
   echo $! > "$PIDS/connect.pid"

@@ -32,7 +32,7 @@ from app.config import JobConfig, TriggerConfig
 from app.errors import required
 from app.job import start_query
 from app.wire.registry import RegistryClient
-from tests.conftest import RUN_ID
+from tests.conftest import ROOT, RUN_ID
 from tests.support.cdc import (
     KAFKA_BOOTSTRAP,
     MARIADB_ROOT,
@@ -229,9 +229,21 @@ def _until(what: str, done: Callable[[], bool], job: Running, *, reads_silver: b
     while not ((watch is None or watch.changed()) and done()):
         assert job.query.isActive, f"the query stopped: {job.query.exception()}"
         assert time.monotonic() - started < TIMEOUT_S, (
-            f"{job.source.kind}, {what}: not done after {TIMEOUT_S} s; {job.differences[:10]}")
+            f"{job.source.kind}, {what}: not done after {TIMEOUT_S} s; {job.differences[:10]}; the connector's "
+            f"incremental snapshots of the namespace: {_connector_snapshots(job.source.namespace)}")
         time.sleep(1)
     return time.monotonic() - started
+
+
+def _connector_snapshots(namespace: str, last: int = 8) -> list[str]:
+    """The stack's Connect worker's last log lines on incremental snapshots of `namespace`'s tables: requested,
+    its end key, finished (what a phase that timed out waiting for a snapshot's reads needs to name)."""
+    log = ROOT / ".stack" / "logs" / "connect.log"
+    if not log.exists():
+        return [f"{log} missing"]
+    with log.open(errors="replace") as lines:
+        said = [line.strip()[:240] for line in lines if f"{namespace}." in line and "napshot" in line]
+    return said[-last:]
 
 
 def _source_value(source: Source, column: str, data_type: str) -> str:
