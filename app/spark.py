@@ -15,7 +15,7 @@ from typing import Any
 from py4j.java_gateway import JavaClass, java_import
 from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from app.config import MetastoreConfig, SparkConfig
 from app.errors import required
@@ -331,3 +331,16 @@ def jvm_class(spark: SparkSession, name: str) -> Any:
     """
     gateway = required(spark.sparkContext._gateway, "the Spark JVM gateway")
     return JavaClass(name, gateway._gateway_client)
+
+
+def over_cache(df: DataFrame) -> DataFrame:
+    """A persisted DataFrame as a plan of one node, its cache (`InMemoryRelation`): the frames built on it
+    afterwards analyse that node, not the whole plan that filled the cache (Spark's analyser walks a frame's
+    plan at every step, and a table's decode plan is deep). Same rows, same cache: a lost block is recomputed
+    from the plan the cache keeps. `df` itself is what to unpersist. A frame not persisted is returned as it is."""
+    spark = df.sparkSession
+    cached = spark._jsparkSession.sharedState().cacheManager().lookupCachedData(df._jdf)
+    if not cached.isDefined():
+        return df
+    relation = cached.get().cachedRepresentation()
+    return DataFrame(jvm_class(spark, "org.apache.spark.sql.Dataset").ofRows(spark._jsparkSession, relation), spark)

@@ -6,7 +6,8 @@
                    written before the batch's latest truncate gets a delete at its position (app/cdc/derived.py)
     ledger read    the delete ledger's keys (hard-delete tables), so an older event never revives a deleted row
     count          the latest event per key judged and counted (one aggregate over the persisted events); a row
-                   to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first
+                   to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first; the
+                   steps after it build on the persisted events as one plan node (app/spark.py `over_cache`)
     unread rows    a table whose `unread_rows` is `delete`, when a full snapshot of it ended in the batch (its last
                    read): the keys it did not read get a delete each (app/cdc/derived.py), and the events are
                    judged again
@@ -79,6 +80,7 @@ from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
 from app.sink.quarantine import Quarantine, QuarantineEntry, failure_kind
 from app.sink.widening import Widening
+from app.spark import over_cache
 from app.state.status import MAX_DIVERGED_KEYS
 from app.wire.decode import DECODE, TRAILING_BYTES
 from app.wire.signals import request_snapshot
@@ -265,24 +267,26 @@ class TableWriter:
                 step.enter("unread rows", plan.stats.steps_s)
                 judged_df, counts = self._with_unread_deletes(plan, target, judged_df, ledger_df, counts=counts,
                                                                batch_id=step.batch_id)
+            # The steps below build on the cache as one node (over_cache); judged_df is what to unpersist.
+            cached_df = over_cache(judged_df)
             if self.replay:
-                self._keep_verdicts(plan, target, judged_df)
+                self._keep_verdicts(plan, target, cached_df)
             step.enter("dead letters", plan.stats.steps_s)
-            dead = self._write_dead_letters(plan, judged_df if counts["poison"] else None, step, query_id)
+            dead = self._write_dead_letters(plan, cached_df if counts["poison"] else None, step, query_id)
             # Records found unusable before decoding were counted as skipped (not among the events).
             plan.stats.skipped = max(0, plan.stats.skipped - (dead - counts["poison"]))
             if (counts["snapshot_reads"] and not self.replay
                     and self.dead_letters.has_pending(spark, target.qualified_name)):
                 step.enter("settle", plan.stats.steps_s)
-                self._settle(plan, target, judged_df, step, query_id)
+                self._settle(plan, target, cached_df, step, query_id)
             step.enter("ledger write", plan.stats.steps_s)
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/sink/ledger.py).
             if hard and (counts["deletes"] or counts["reinserts"]):
-                write_ledger(judged_df, target.ledger_path, target.record_key, step.batch_id)
+                write_ledger(cached_df, target.ledger_path, target.record_key, step.batch_id)
                 recorded = True
                 self.hooks.at("ledger_written", batch_id=step.batch_id, table=target.qualified_name)
             step.enter("widen", plan.stats.steps_s)
-            rows_df = self._rows(plan, target, judged_df)
+            rows_df = self._rows(plan, target, cached_df)
             self._widen(plan, target, rows_df, step, query_id)
             step.enter("upsert", plan.stats.steps_s)
             max_position = _max_position(counts, plan.topics_per_source())

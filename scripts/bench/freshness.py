@@ -6,7 +6,8 @@ baseline of scripts/bench/naive.py with a 1-second trigger). Once the job has cr
 thread runs `rate` transactions a second for `warm_up` + `duration` seconds: each inserts a new row into one table,
 or into two (a transaction spanning tables), and most also update or delete an earlier row. The first `warm_up`
 seconds are the consumer's warm-up (a new JVM's compilers are busy for its first minutes): their transactions must
-reach Silver like the others, but the figures (freshness, the achieved rate) are of the `duration` after them.
+reach Silver like the others, but the figures (freshness, the achieved rate, and the commits, batches and table
+services counted) are of the `duration` after them.
 A transaction's commit time is the moment its COMMIT returns to the workload (the same clock as the job's; at
 most a round trip after PostgreSQL's commit). A watcher lists every table's timeline every `POLL_S` seconds, so the
 completion time of each Hudi commit (in its completed instant's file name) is known even after archival moves it;
@@ -61,16 +62,17 @@ class Transaction:
 
 class TimelineWatcher(threading.Thread):
     """Lists each table's timeline every `POLL_S` seconds: {table path: {begin instant: completion epoch seconds}}
-    of its writes, and the table services seen: completed cleans and compactions, and the files archival wrote
-    to the timeline's history (its LSM layout: a new manifest at each archival), listed every `HISTORY_EVERY`
-    polls."""
+    of its writes, and the table services seen, each with its epoch seconds: completed cleans (their completion)
+    and compactions, and the files archival wrote to the timeline's history (its LSM layout: a new manifest at each
+    archival; when first listed), listed every `HISTORY_EVERY` polls."""
 
     def __init__(self, spark: SparkSession, paths: list[str], zone: ZoneInfo) -> None:
         super().__init__(daemon=True, name="timeline-watcher")
         self.spark, self.paths, self.zone = spark, paths, zone
         self.completed: dict[str, dict[str, float]] = {p: {} for p in paths}
         self.kinds: dict[str, dict[str, str]] = {p: {} for p in paths}  # begin instant: commit | deltacommit
-        self.services: dict[str, dict[str, set[str]]] = {p: {"clean": set(), "archival": set()} for p in paths}
+        # {table path: {service: {instant or manifest: epoch seconds}}}
+        self.services: dict[str, dict[str, dict[str, float]]] = {p: {"clean": {}, "archival": {}} for p in paths}
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -85,23 +87,25 @@ class TimelineWatcher(threading.Thread):
             for name in list_files(self.spark, f"{path}/.hoodie/timeline"):
                 match = re.fullmatch(r"(\d{17})_(\d{17})\.(commit|deltacommit|clean)", name)
                 if match and match[3] == "clean":
-                    self.services[path]["clean"].add(match[1])
+                    self.services[path]["clean"].setdefault(match[1], self.epoch(match[2]))
                 elif match:
                     self.completed[path].setdefault(match[1], self.epoch(match[2]))
                     self.kinds[path][match[1]] = match[3]
             if history:
-                manifests = list_files(self.spark, f"{path}/.hoodie/timeline/history")
-                self.services[path]["archival"] |= {n for n in manifests if n.startswith("manifest_")}
+                now, archival = time.time(), self.services[path]["archival"]
+                for name in list_files(self.spark, f"{path}/.hoodie/timeline/history"):
+                    if name.startswith("manifest_"):
+                        archival.setdefault(name, now)
 
-    def service_counts(self) -> dict[str, dict[str, int]]:
-        """Per table (its folder's name): how often each table service ran while watched; compaction for
-        Merge-on-Read tables only (there a completed `commit` is a compaction, the writes being delta commits)."""
+    def service_counts(self, since: float = 0.0) -> dict[str, dict[str, int]]:
+        """Per table (its folder's name): how often each table service ran from epoch second `since` on; compaction
+        for Merge-on-Read tables only (there a completed `commit` is a compaction, the writes being delta commits)."""
         counts = {}
         for path, services in self.services.items():
-            kinds = list(self.kinds[path].values())
-            found = {service: len(seen) for service, seen in services.items()}
-            if "deltacommit" in kinds:
-                found["compaction"] = kinds.count("commit")
+            found = {service: sum(1 for at in seen.values() if at >= since) for service, seen in services.items()}
+            if "deltacommit" in self.kinds[path].values():
+                found["compaction"] = sum(1 for instant, kind in self.kinds[path].items()
+                                          if kind == "commit" and self.completed[path][instant] >= since)
             counts[path.rsplit("/", 1)[-1]] = found
         return counts
 
@@ -227,8 +231,9 @@ class FreshnessRun:
             raise RuntimeError(f"the {self.consumer}'s Silver differs from PostgreSQL: {'; '.join(differ)}")
         achieved = len(measured) / elapsed
         ordered = sorted(lags)
-        last = transactions[-1].committed
-        during = [sum(1 for end in watcher.completed[p].values() if end <= last + SETTLE_S) for p in paths]
+        # Commits, batches and table services of the measured seconds only, as the figures (not the warm-up's)
+        since, last = measured[0].committed, transactions[-1].committed
+        during = [sum(1 for end in watcher.completed[p].values() if since <= end <= last + SETTLE_S) for p in paths]
         return {
             "tables": tables, "rate": self.workload.rate, "achieved_rate": achieved,
             "duration_s": self.workload.duration, "warm_up_s": self.workload.warm_up,
@@ -239,19 +244,25 @@ class FreshnessRun:
             "commits_per_table": statistics.median(during),
             "series": [(round(t.committed - measured[0].committed, 3), round(lag, 3))
                        for t, lag in zip(measured, lags, strict=True)],
-            "batches": self._batches(),
-            "services": watcher.service_counts(),
+            "batches": self._batches(since),
+            "services": watcher.service_counts(since),
         }
 
-    def _batches(self) -> list[tuple[int, float]]:
-        """(events, seconds) of each batch the job logged: its tables' rows_in and its duration."""
+    def _batches(self, since: float = 0.0) -> list[tuple[int, float]]:
+        """(events, seconds) of each batch the job logged done from epoch second `since` on: its tables' rows_in
+        and its duration. A log line's time is the job's local time (app/main.py's format)."""
         rows: dict[str, int] = {}
         batches = []
+        zone = ZoneInfo(self.zone)
         for line in self.log_file.read_text(errors="replace").splitlines():
             if table := re.search(r"batch=(\d+) table=\S+ rows_in=(\d+)", line):
                 rows[table[1]] = rows.get(table[1], 0) + int(table[2])
             elif done := re.search(r"batch=(\d+) done tables=\d+ duration_s=([\d.]+)", line):
-                batches.append((rows.get(done[1], 0), float(done[2])))
+                stamp = re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}", line)
+                at = (datetime.strptime(stamp[0], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=zone).timestamp()
+                      if stamp else since)  # a line without its time is kept
+                if at >= since:
+                    batches.append((rows.get(done[1], 0), float(done[2])))
         return batches
 
     def _wait(self, done: Any, timeout_s: float, what: str, poll_s: float = 0.5) -> None:

@@ -1,4 +1,5 @@
-"""A table's judged events (app/batch/plan.py `TablePlan.judged_df`): a small share of a batch in one partition."""
+"""A table's judged events (app/batch/plan.py `TablePlan.judged_df`): a small share of a batch in one partition;
+the steps after the count build on their cache (app/spark.py `over_cache`)."""
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
@@ -7,6 +8,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from app.batch.plan import TablePlan, TopicSummary
 from app.cdc.columns import LATEST_COL, OFFSET_COL, OP_COL, POSITION_COL
 from app.routing.route import TableRoute
+from app.spark import over_cache
 from app.state.stats import TableBatchStats
 
 SCHEMA = StructType([
@@ -40,3 +42,27 @@ def test_a_small_share_is_judged_in_one_partition_without_a_shuffle(spark: Spark
     assert small.rdd.getNumPartitions() == 1 and _exchanges(small) == 0
     assert _exchanges(large) > 0 and _exchanges(derived) > 0  # the window's shuffle by key
     assert _latest(small) == _latest(large) == _latest(derived) == {(1, None), (2, "b2"), (3, "c")}
+
+
+def _below_filter(df: DataFrame) -> tuple[str, int]:
+    """The kind of the analysed plan's node under a filter on `df`, and its number of children."""
+    node = df.filter(LATEST_COL)._jdf.queryExecution().analyzed().children().apply(0)
+    return node.getClass().getSimpleName(), node.children().size()
+
+
+def test_the_steps_after_the_count_build_on_the_cache_as_one_node(spark: SparkSession) -> None:
+    judged = _plan(spark, rows_in=6).judged_df(None, single_partition_rows=6).persist()
+    try:
+        judged.count()
+        view = over_cache(judged)
+        assert _below_filter(view) == ("InMemoryRelation", 0)  # the cache, not the plan that filled it
+        assert _below_filter(judged)[0] != "InMemoryRelation"
+        assert view.rdd.getNumPartitions() == 1 and _exchanges(view.filter(LATEST_COL)) == 0
+        assert _latest(view) == _latest(judged) == {(1, None), (2, "b2"), (3, "c")}
+    finally:
+        judged.unpersist()
+    cache = spark._jsparkSession.sharedState().cacheManager()
+    assert not cache.lookupCachedData(judged._jdf).isDefined()  # unpersisting the frame frees the cache
+    assert _latest(view) == {(1, None), (2, "b2"), (3, "c")}  # a lost cache is computed again
+    plain = _plan(spark, rows_in=6).judged_df(None, single_partition_rows=6)
+    assert over_cache(plain) is plain
