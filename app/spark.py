@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from py4j.java_gateway import JavaClass, java_import
-from py4j.protocol import Py4JJavaError
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
@@ -337,10 +337,24 @@ def over_cache(df: DataFrame) -> DataFrame:
     """A persisted DataFrame as a plan of one node, its cache (`InMemoryRelation`): the frames built on it
     afterwards analyse that node, not the whole plan that filled the cache (Spark's analyser walks a frame's
     plan at every step, and a table's decode plan is deep). Same rows, same cache: a lost block is recomputed
-    from the plan the cache keeps. `df` itself is what to unpersist. A frame not persisted is returned as it is."""
+    from the plan the cache keeps. `df` itself is what to unpersist. A frame not persisted is returned as it is,
+    and so is every frame, after one warning, in a Spark whose internals this uses differ (its own cache manager
+    and `Dataset.ofRows`): slower, the same rows."""
     spark = df.sparkSession
-    cached = spark._jsparkSession.sharedState().cacheManager().lookupCachedData(df._jdf)
-    if not cached.isDefined():
+    if spark.version in _over_cache_unsupported:
         return df
-    relation = cached.get().cachedRepresentation()
-    return DataFrame(jvm_class(spark, "org.apache.spark.sql.Dataset").ofRows(spark._jsparkSession, relation), spark)
+    try:
+        cached = spark._jsparkSession.sharedState().cacheManager().lookupCachedData(df._jdf)
+        if not cached.isDefined():
+            return df
+        relation = cached.get().cachedRepresentation()
+        jdf = jvm_class(spark, "org.apache.spark.sql.Dataset").ofRows(spark._jsparkSession, relation)
+    except Py4JError as e:
+        _over_cache_unsupported.add(spark.version)
+        log.warning("the steps after a table's count build on its whole plan: this Spark (%s) has no %s",
+                    spark.version, str(e).splitlines()[0])
+        return df
+    return DataFrame(jdf, spark)
+
+
+_over_cache_unsupported: set[str] = set()  # Spark versions whose internals over_cache found other than it expects

@@ -2,9 +2,12 @@
 the steps after the count build on their cache (app/spark.py `over_cache`)."""
 from __future__ import annotations
 
+import pytest
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+import app.spark
 from app.batch.plan import TablePlan, TopicSummary
 from app.cdc.columns import LATEST_COL, OFFSET_COL, OP_COL, POSITION_COL
 from app.routing.route import TableRoute
@@ -66,3 +69,21 @@ def test_the_steps_after_the_count_build_on_the_cache_as_one_node(spark: SparkSe
     assert _latest(view) == {(1, None), (2, "b2"), (3, "c")}  # a lost cache is computed again
     plain = _plan(spark, rows_in=6).judged_df(None, single_partition_rows=6)
     assert over_cache(plain) is plain
+
+
+def test_a_spark_without_the_internals_over_cache_uses_gets_the_frame_as_it_is(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def missing(*_: object) -> None:
+        raise Py4JError("Method ofRows([class org.apache.spark.sql.SparkSession]) does not exist")
+
+    monkeypatch.setattr(app.spark, "jvm_class", missing)
+    monkeypatch.setattr(app.spark, "_over_cache_unsupported", set())
+    judged = _plan(spark, rows_in=6).judged_df(None, single_partition_rows=6).persist()
+    try:
+        assert over_cache(judged) is judged and over_cache(judged) is judged
+        assert [r.message for r in caplog.records if "whole plan" in r.message] == [
+            f"the steps after a table's count build on its whole plan: this Spark ({spark.version}) has no Method "
+            "ofRows([class org.apache.spark.sql.SparkSession]) does not exist"]  # once
+    finally:
+        judged.unpersist()
