@@ -23,7 +23,7 @@ from typing import Final
 
 from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, StringType
+from pyspark.sql.types import BinaryType, StringType, StructType
 
 from app.cdc.columns import (
     DELETED_COL,
@@ -99,7 +99,7 @@ def with_event_errors(df: DataFrame, envelope: bool, keys: KeyCheck = NO_KEY_CHE
             columns (app/wire/framing.py), `_cdc_error`.
         envelope: whether `envelope` is a Debezium envelope (else a flattened event).
     """
-    fields = set(df.select("envelope.*").columns)
+    fields = set(struct_fields(df, "envelope"))
     if envelope:
         op = F.col("envelope.op")
     elif "__op" in fields:
@@ -165,6 +165,19 @@ def filter_data_changes(df: DataFrame, truncates: bool = False) -> DataFrame:
     return df.filter(_error(df).isNotNull() | F.col("envelope.op").isin(*ops))
 
 
+def struct_fields(df: DataFrame, *path: str) -> list[str]:
+    """The field names of the struct column at `path` (`"envelope", "source"`), read off the frame's schema;
+    empty where a step of the path is missing or not a struct. (`df.select("envelope.*").columns` would analyse
+    a new plan over the whole batch for the same answer.)"""
+    node: StructType = df.schema
+    for name in path:
+        child = node[name].dataType if name in node.fieldNames() else None
+        if not isinstance(child, StructType):
+            return []
+        node = child
+    return node.fieldNames()
+
+
 def _error(df: DataFrame) -> Column:
     """The rows' `_cdc_error`; none when the frame has no such column (a frame not from decode_value)."""
     return F.col(ERROR_COL) if ERROR_COL in df.columns else no_error()
@@ -195,7 +208,7 @@ def unwrap_envelope(
     Raises:
         EnvelopeError: the envelope lacks before/after/op/source.
     """
-    envelope_fields = set(df.select("envelope.*").columns)
+    envelope_fields = set(struct_fields(df, "envelope"))
     missing = {"before", "after", "op", "source"} - envelope_fields
     if missing:
         raise EnvelopeError(f"not a Debezium envelope: missing {sorted(missing)} in {sorted(envelope_fields)}")
@@ -208,17 +221,18 @@ def unwrap_envelope(
         else image[name].alias(name)
         for name in value_columns
     ]
+    source_fields = struct_fields(df, "envelope", "source")
     return df.select(
         *columns,
         F.col("envelope.op").alias(OP_COL),
-        position_column(F.col("envelope.source"), connector, df.select("envelope.source.*").columns)
+        position_column(F.col("envelope.source"), connector, source_fields)
         .alias(POSITION_COL),
         F.col("envelope.source.ts_ms").alias(SOURCE_TS_COL),
         F.col("partition").alias(PARTITION_COL),
         F.col("offset").alias(OFFSET_COL),
         is_delete.alias(DELETED_COL),
         _names_where(unavailable).alias(UNAVAILABLE_COL),
-        _snapshot_end(F.col("envelope.op"), F.col("envelope.source"), df.select("envelope.source.*").columns),
+        _snapshot_end(F.col("envelope.op"), F.col("envelope.source"), source_fields),
         *_kept_error(df),
     )
 
@@ -292,7 +306,7 @@ def unwrap_flattened(
     Args:
         df: rows with `envelope` (the decoded flat record), `partition`, `offset`, `_cdc_error` (with_event_errors).
     """
-    fields = set(df.select("envelope.*").columns)
+    fields = set(struct_fields(df, "envelope"))
     flat = F.col("envelope")
     deleted = F.lower(flat[FLAT_DELETED].cast("string")) == "true"
     op = F.when(deleted, F.lit(OP_DELETE)).otherwise(

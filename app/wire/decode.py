@@ -76,7 +76,8 @@ def decode_value(df: DataFrame, schema_json: str, ref: str = "") -> DataFrame:
     )
     barrier = F.spark_partition_id() < 0  # never true; nondeterministic (see above)
     envelope = F.when(barrier | failed, F.lit(None)).otherwise(decoded)
-    return df.select("*", envelope.alias("envelope"), error.alias(ERROR_COL)).drop(_DECODED)
+    kept = [df[name] for name in df.columns if name != _DECODED]  # one projection, not a select and a drop
+    return df.select(*kept, envelope.alias("envelope"), error.alias(ERROR_COL))
 
 
 def _decode_failed(decoded: Column, schema_json: str) -> Column:

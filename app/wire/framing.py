@@ -55,12 +55,11 @@ def with_framing(df: DataFrame, framing: Framing = Framing()) -> DataFrame:
     only payload framings apply).
     """
     has_headers = "headers" in df.columns
-    out = df
+    columns: dict[str, Column] = {}
     for side in SIDES:
         parsed = _parse(side, framing, has_headers)
-        for suffix, column in zip(FRAMING_SUFFIXES, parsed, strict=True):
-            out = out.withColumn(f"{side}_{suffix}", column)
-    return out
+        columns.update({f"{side}_{suffix}": column for suffix, column in zip(FRAMING_SUFFIXES, parsed, strict=True)})
+    return df.withColumns(columns)  # one projection: each withColumn would analyse the plan again
 
 
 def with_source_framings(df: DataFrame, by_prefix: Sequence[tuple[str, Framing]]) -> DataFrame:
@@ -71,15 +70,15 @@ def with_source_framings(df: DataFrame, by_prefix: Sequence[tuple[str, Framing]]
         return with_framing(df, framings[0])
     has_headers = "headers" in df.columns
     longest_first = sorted(by_prefix, key=lambda pf: -len(pf[0]))
-    out = df
+    columns: dict[str, Column] = {}
     for side in SIDES:
         parsed = {framing: _parse(side, framing, has_headers) for framing in framings}
         for i, suffix in enumerate(FRAMING_SUFFIXES):
             column = F.when(F.lit(False), F.lit(None))
             for prefix, framing in longest_first:
                 column = column.when(F.col("topic").startswith(prefix + "."), parsed[framing][i])
-            out = out.withColumn(f"{side}_{suffix}", column.otherwise(parsed[by_prefix[0][1]][i]))
-    return out
+            columns[f"{side}_{suffix}"] = column.otherwise(parsed[by_prefix[0][1]][i])
+    return df.withColumns(columns)
 
 
 @dataclass(frozen=True)
