@@ -43,6 +43,7 @@ from app.cdc.unwrap import (
     filter_tombstones,
     flattened_layout,
     is_envelope,
+    struct_fields,
     unwrap_envelope,
     unwrap_flattened,
     with_event_errors,
@@ -277,6 +278,24 @@ def test_unwrap_rejects_a_struct_that_is_not_an_envelope(spark: SparkSession) ->
 
     with pytest.raises(EnvelopeError, match=r"missing \['before', 'source'\]"):
         unwrap_envelope(df, VALUE_COLUMNS, POSTGRESQL)
+
+
+def test_struct_fields_reads_a_nested_structs_fields_off_the_schema(spark: SparkSession) -> None:
+    schema = StructType([
+        StructField("envelope", StructType([
+            StructField("op", StringType(), True),
+            StructField("source", SOURCE_TYPE, True),
+        ]), True),
+        StructField("offset", LongType(), True),
+    ])
+    df = spark.createDataFrame([(("c", (5, 1000)), 1)], schema)
+
+    assert struct_fields(df, "envelope") == ["op", "source"]
+    assert struct_fields(df, "envelope", "source") == ["lsn", "ts_ms"]
+    assert struct_fields(df, "envelope", "op") == []  # not a struct
+    assert struct_fields(df, "envelope", "before") == []  # no such field
+    assert struct_fields(df, "missing", "source") == []
+    assert struct_fields(df) == ["envelope", "offset"]
 
 
 # ---- Debezium semantic types -----------------------------------------------------------------------------
