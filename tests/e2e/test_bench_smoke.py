@@ -44,6 +44,16 @@ def test_help_has_no_side_effects(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_the_plan_build_benchmarks_help_has_no_side_effects() -> None:
+    worktrees = ["git", "-C", str(ROOT), "worktree", "list"]
+    before = subprocess.run(worktrees, capture_output=True, text=True, check=True).stdout
+    done = subprocess.run([sys.executable, str(BENCH.parent / "plan_build.py"), "--help"], capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--baseline-ref" in done.stdout and "events_slice" in done.stdout
+    assert subprocess.run(worktrees, capture_output=True, text=True, check=True).stdout == before
+
+
 @pytest.mark.stack
 @pytest.mark.slow
 def test_a_smoke_run_measures_every_figure_and_cleans_up(
