@@ -31,6 +31,8 @@ from app.sink.lakefs import fs_and_path, list_files
 from app.state.resume import silver_tables
 from tests.conftest import ROOT, TESTING_JARS
 
+# Hudi's datasource writes open the session's catalog (the stack's metastore); the lake cases use its S3 server.
+pytestmark = pytest.mark.stack
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 SCHEMA = "id int, v string, day string, _cdc_position string, _hoodie_is_deleted boolean"
 FIRST = [(1, "a", "d1", "01", False), (2, "b", "d2", "01", False)]

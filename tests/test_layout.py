@@ -16,6 +16,8 @@ from app.sink.hudi import HudiTarget, recorded_layout, write_silver
 from app.sink.lakefs import fs_and_path
 from app.state.layout import check_layouts, unmatched_settings
 
+# Hudi's datasource writes open the session's catalog (the stack's metastore); the lake cases use its S3 server.
+pytestmark = pytest.mark.stack
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 SCHEMA = "id int, v string, region string, _cdc_position string, _hoodie_is_deleted boolean"
 ROWS = [(1, "a", "r1", "01", False), (2, "b", "r2", "01", False)]

@@ -21,6 +21,9 @@ from pyspark.sql import SparkSession
 from app.sink.hudi import HudiTarget, write_silver
 from tests.conftest import ROOT, TESTING_JARS
 
+# Hudi's datasource writes open the session's catalog, the stack's metastore.
+pytestmark = pytest.mark.stack
+
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 
 

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from app.sink.hudi import completed_instants
 
+# Hudi's datasource write opens the session's catalog, the stack's metastore.
+pytestmark = pytest.mark.stack
 SCHEMA = StructType([
     StructField("id", IntegerType(), False),
     StructField("name", StringType(), True),

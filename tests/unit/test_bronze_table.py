@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig
@@ -20,6 +21,7 @@ def _shown(spark: SparkSession, table: BronzeTable) -> list[tuple[str, int, int]
     return sorted((r.topic, r.partition, r.offset) for r in rows)
 
 
+@pytest.mark.stack  # the table lives in the stack's metastore
 def test_only_complete_ranges_are_shown_and_each_is_registered_once(
     spark: SparkSession, local_config: JobConfig, tmp_path: Path
 ) -> None:

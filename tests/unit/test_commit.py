@@ -1,5 +1,7 @@
 """What a Silver commit records of its batch, read back from the real Hudi timeline (app/sink/commit.py), and where a
-start without a checkpoint resumes (app/state/resume.py). Local Hudi tables; no Kafka."""
+start without a checkpoint resumes (app/state/resume.py). Local Hudi tables; no Kafka. The tests that write one are
+marked `stack`: Hudi's datasource write opens the session's catalog, the stack's metastore (tests/conftest.py
+`spark`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -55,6 +57,7 @@ def _write(spark: SparkSession, target: HudiTarget, ids: range, position: int, e
     write_silver(df, target, position, "q", {**NO_SYNC, **extra})
 
 
+@pytest.mark.stack
 def test_the_newest_commit_with_offsets_is_found_past_compaction(spark: SparkSession, tmp_path: Path) -> None:
     target = _target(tmp_path / "t", "MERGE_ON_READ")
     assert last_committed(spark, target.path) is None  # no table yet
@@ -77,6 +80,7 @@ def _cleans(path: Path) -> int:
     return len(list((path / ".hoodie" / "timeline").glob("*_*.clean")))
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(("every", "cleans"), [(1, 5), (3, 2)])
 def test_the_cleaner_runs_once_every_clean_every_commits(
     spark: SparkSession, tmp_path: Path, every: int, cleans: int
@@ -90,6 +94,7 @@ def test_the_cleaner_runs_once_every_clean_every_commits(
     assert _cleans(tmp_path / "t") == cleans
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(("unique_rows", "rows"), [(False, 1), (True, 2)])
 def test_hudi_de_duplicates_an_upserts_input_unless_told_its_rows_are_unique(
     spark: SparkSession, tmp_path: Path, unique_rows: bool, rows: int
@@ -124,6 +129,7 @@ def test_no_checkpoint_and_no_tables_is_a_first_start(spark: SparkSession, tmp_p
     assert resume_offsets(spark, _config(tmp_path)) is None
 
 
+@pytest.mark.stack
 def test_a_checkpoint_wins(spark: SparkSession, tmp_path: Path) -> None:
     config = _config(tmp_path)
     _write(spark, _target(Path(config.lake.table_path("a"))), range(2), 1, {})
@@ -133,6 +139,7 @@ def test_a_checkpoint_wins(spark: SparkSession, tmp_path: Path) -> None:
     assert resume_offsets(spark, config, from_starting_offsets=True) is None  # the flag changes nothing here
 
 
+@pytest.mark.stack
 def test_tables_without_offsets_and_no_checkpoint_refuse_to_start(spark: SparkSession, tmp_path: Path) -> None:
     config = _config(tmp_path)
     _write(spark, _target(Path(config.lake.table_path("a"))), range(2), 1, {})
