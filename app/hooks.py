@@ -4,8 +4,9 @@ nothing; no test code is imported or shipped with it.
 
 The points a batch reaches, in order (`at`):
 
-    decode            the batch framed, its writer schemas fetched, nothing written yet
-    bronze_written    Bronze written, no Silver table yet
+    decode            the batch framed and summarised (its topics, writer schema ids and offsets), nothing written
+                      yet; its decode plans and Bronze come next, side by side
+    bronze_written    Bronze written and the batch planned, no Silver table yet
     dead_letters_written  a table's dead letters written (app/sink/deadletters.py), its Silver commit not yet
     dead_letters_settled  a table's dead letters settled by the batch's snapshot reads marked, its Silver commit not
                       yet (app/batch/writer.py: settle)

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from py4j.java_gateway import JavaClass, java_import
 from py4j.protocol import Py4JError, Py4JJavaError
-from pyspark import SparkContext
+from pyspark import InheritableThread, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from app.config import MetastoreConfig, SparkConfig
@@ -358,3 +360,38 @@ def over_cache(df: DataFrame) -> DataFrame:
 
 
 _over_cache_unsupported: set[str] = set()  # Spark versions whose internals over_cache found other than it expects
+
+
+T = TypeVar("T")
+
+
+def in_threads(calls: Sequence[Callable[[], T]], workers: int) -> list[T]:
+    """Each call's result, in the calls' order, made `workers` at a time on threads of their own (`InheritableThread`:
+    each thread's JVM side gets the caller's local properties), every call run and the first call's exception (by
+    order) raised once all have ended; one after another when `workers` <= 1 or there is one call."""
+    if workers <= 1 or len(calls) <= 1:
+        return [call() for call in calls]
+    results: list[Any] = [None] * len(calls)
+    errors: dict[int, BaseException] = {}
+    waiting = deque(range(len(calls)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not waiting:
+                    return
+                n = waiting.popleft()
+            try:
+                results[n] = calls[n]()
+            except BaseException as e:  # raised by the caller's thread, below
+                errors[n] = e
+
+    threads = [InheritableThread(target=work) for _ in range(min(workers, len(calls)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[min(errors)]
+    return results

@@ -7,6 +7,7 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -16,6 +17,7 @@ from pyspark.sql.utils import AnalysisException
 from app.batch.merge import check_merge_types, plans_per_table, union
 from app.batch.plan import (
     BatchPlan,
+    BatchSummary,
     SkippedTopic,
     Slice,
     TablePlan,
@@ -42,6 +44,7 @@ from app.routing.catalog import PartitionRoots, all_partition_roots
 from app.routing.route import TableRoute, claim_tables, route_topic, skip_reason
 from app.sink.hudi import HudiTarget, key_lengths_needed, recorded_record_key
 from app.sink.quarantine import Quarantine
+from app.spark import in_threads
 from app.state.stats import TableBatchStats
 from app.state.status import REFUSED
 from app.wire.decode import decode_value, error_struct, record_fields
@@ -80,17 +83,20 @@ class Planner:
         self.refused[topic] = reason
         return reason
 
-    def plan(self, raw_df: DataFrame) -> BatchPlan:
-        """What a batch writes, per table, without writing: the Silver frames and their targets.
-
-        Runs one Spark action (the summary aggregate) and the registry look-ups; the returned frames are lazy.
-        Topics that feed no table (`app/routing/route.skip_reason`), and topics refused a table another topic holds
-        (`claim_tables`), are left out, in `BatchPlan.skipped`.
+    def plan(self, raw_df: DataFrame, workers: int = 1) -> BatchPlan:
+        """What a batch writes, per table, without writing: the Silver frames and their targets (`summarize`, then
+        `plan_tables`).
 
         Raises:
             SchemaDecodeError: a value lacks the framing.
             EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
         """
+        return self.plan_tables(self.summarize(raw_df), workers)
+
+    def summarize(self, raw_df: DataFrame) -> BatchSummary:
+        """The batch's records framed and summarised per topic (one Spark action, the summary aggregate); the topics
+        routed. Topics that feed no table (`app/routing/route.skip_reason`), and topics refused a table another
+        topic holds (`claim_tables`), are left out, in `BatchSummary.skipped`."""
         self.quarantine.load(raw_df.sparkSession)
         framed_df = with_source_framings(raw_df, self.framings())
         started = time.monotonic()
@@ -107,10 +113,25 @@ class Planner:
         for topic, why in claim_tables(self._routes(summary, roots), self.claims, self.config).items():
             s = summary.pop(topic)
             skipped[topic] = SkippedTopic(self.refuse(topic, why), s.rows_in, s.offsets)
+        return BatchSummary(framed_df, summary, skipped, roots, newest, summary_s)
+
+    def plan_tables(self, batch: BatchSummary, workers: int = 1) -> BatchPlan:
+        """A summarised batch's plan: the registry look-ups and each topic's lazy decode plan, `workers` topics at a
+        time (building a plan runs no Spark job, but Spark analyses each of its steps on the driver: on threads of
+        their own, topics are analysed on several cores), then several topics of one table merged.
+
+        Raises:
+            SchemaDecodeError: a value lacks the framing (fail-fast).
+            EnvelopeError: a topic or writer schema is not what a Debezium connector produces; of several topics'
+                errors, the first topic's (by name), as when they are planned one after another.
+        """
         if self.config.dead_letters.mode == "fail_fast":
-            self._check_framing(framed_df, summary, roots)
-        topic_plans = [self._plan_topic(framed_df, topic, s, roots) for topic, s in sorted(summary.items())]
-        return BatchPlan(plans_per_table(topic_plans, self.config), skipped, roots, newest, summary_s)
+            self._check_framing(batch.framed_df, batch.topics, batch.roots)
+        calls = [partial(self._plan_topic, batch.framed_df, topic, summary, batch.roots)
+                 for topic, summary in sorted(batch.topics.items())]
+        topic_plans = in_threads(calls, workers)
+        return BatchPlan(plans_per_table(topic_plans, self.config), batch.skipped, batch.roots, batch.newest_ms,
+                         batch.summary_s)
 
     def _routes(self, summary: dict[str, TopicSummary], roots: PartitionRoots) -> list[TableRoute]:
         """The batch's topics' routes; a topic of no known form is left to its plan (which names the record)."""
@@ -453,3 +474,4 @@ def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
         return record_fields(envelope_schema_json, "before")
     except ValueError:
         return record_fields(envelope_schema_json, "after")
+

@@ -1,5 +1,5 @@
-"""One micro-batch, end to end: plan (framing/registry -> decode -> unwrap -> route), Bronze, the Silver tables,
-status.
+"""One micro-batch, end to end: the summary, then the plan (framing/registry -> decode -> unwrap -> route) with Bronze
+written beside it, the Silver tables, status.
 
 `BatchProcessor.process` is the foreachBatch function. It is the one place where a batch's per-table writes
 happen, and it takes any DataFrame with the Kafka source's columns (a Kafka micro-batch, or Bronze Parquet
@@ -27,15 +27,16 @@ from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import CapturedException
 
-from app.batch.plan import BatchPlan, TablePlan
+from app.batch.plan import BatchPlan, BatchSummary, Offsets, TablePlan
 from app.batch.planner import Planner
 from app.batch.writer import Step, TableWriter
 from app.config import JobConfig
-from app.errors import PipelineError, SinkWriteError, java_root_cause
+from app.errors import PipelineError, SinkWriteError, java_root_cause, required
 from app.hooks import Hooks
 from app.sink.bronze import write_bronze
 from app.sink.bronze_table import BronzeTable
 from app.sink.quarantine import Quarantine
+from app.spark import in_threads
 from app.state.metrics import JobMetrics
 from app.state.sources import SourceWatch
 from app.state.stats import TableBatchStats
@@ -105,15 +106,14 @@ class BatchProcessor:
         try:
             if not self.rebuild and not self.writer.lost.loaded:  # a replay's: tables whose rebuild has not ended
                 self.writer.lost.load(spark, self.config.lake.silver_path, self.config.databases)
-            plan = self.planner.plan(raw_df)
-            self.sources.delivered(plan.newest_ms)
-            self.phases["plan"] = time.monotonic() - started
-            self.phases["plan_summary"] = plan.summary_s  # part of the plan's time
-            if plan.tables or plan.skipped:
+            batch = self.planner.summarize(raw_df)
+            self.sources.delivered(batch.newest_ms)
+            if batch.empty:
+                log.info("batch=%s empty", batch_id)
+            else:
+                plan = self._plan_and_bronze(raw_df, batch, step, started)
                 self._write(raw_df, plan, step, query_id)
                 self._done(spark, plan, batch_id, time.monotonic() - started)
-            else:
-                log.info("batch=%s empty", batch_id)
             self.batches_done += 1
         except Exception as e:
             log.error("%s failed: %s: %s", step, type(e).__name__, e)
@@ -137,17 +137,39 @@ class BatchProcessor:
         return (f"batch={batch_id} still running after {time.monotonic() - started:.0f} s: step {step.name}"
                 + (f"; tables in progress: {tables}" if tables else ""))
 
-    def _write(self, raw_df: DataFrame, plan: BatchPlan, step: Step, query_id: str) -> None:
-        """Bronze, then each table's unit; `step` says where the batch is."""
-        batch_id, names = step.batch_id, plan.table_names
-        for topic, skipped in sorted(plan.skipped.items()):
+    def _plan_and_bronze(self, raw_df: DataFrame, batch: BatchSummary, step: Step, started: float) -> BatchPlan:
+        """The topics' plans (app/batch/planner.py `plan_tables`) and, on a thread beside them, Bronze: building a
+        plan runs no Spark job, and Bronze's write needs only the batch's offsets. A plan's error is raised first
+        (a batch that fails is read again, and a Bronze range written twice is skipped)."""
+        batch_id = step.batch_id
+        for topic, skipped in sorted(batch.skipped.items()):
             log.info("batch=%s skipped topic=%s records=%d: %s", batch_id, topic, skipped.records, skipped.reason)
-        self.hooks.at("decode", batch_id=batch_id, tables=names)
-        step.name = "bronze"
-        started = time.monotonic()
-        if not self.replay and not self.rebuild:
-            self._write_bronze(raw_df, plan, batch_id)
-        self.phases["bronze"] = time.monotonic() - started
+        self.hooks.at("decode", batch_id=batch_id, topics=sorted(batch.topics))
+        step.name = "plan and bronze"
+        workers = self.config.lake.table_writers
+        ended: dict[str, float] = {}
+
+        def planned() -> BatchPlan | None:
+            result = self.planner.plan_tables(batch, workers)
+            ended["plan"] = time.monotonic()
+            return result
+
+        def bronze() -> BatchPlan | None:
+            if not self.replay and not self.rebuild:  # Bronze holds a replay's and a rebuild's records already
+                self._write_bronze(raw_df, batch.offsets, batch_id)
+            ended["bronze"] = time.monotonic()
+            return None
+
+        bronze_started = time.monotonic()
+        plan = in_threads([planned, bronze], 1 if self.replay or self.rebuild else 2)[0]
+        self.phases["plan"] = ended["plan"] - started
+        self.phases["plan_summary"] = batch.summary_s  # part of the plan's time
+        self.phases["bronze"] = ended["bronze"] - bronze_started  # beside the plan's topics
+        return required(plan, "the batch's plan")
+
+    def _write(self, raw_df: DataFrame, plan: BatchPlan, step: Step, query_id: str) -> None:
+        """Each table's unit, Bronze written; `step` says where the batch is."""
+        batch_id, names = step.batch_id, plan.table_names
         step.name = "tables"
         self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
         started = time.monotonic()
@@ -191,9 +213,9 @@ class BatchProcessor:
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
             self.databases.add(database)
 
-    def _write_bronze(self, raw_df: DataFrame, plan: BatchPlan, batch_id: int) -> None:
+    def _write_bronze(self, raw_df: DataFrame, offsets: Offsets, batch_id: int) -> None:
         try:
-            bronze = write_bronze(raw_df, self.config.lake.bronze_path, plan.offsets)
+            bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets)
         except (Py4JJavaError, CapturedException) as e:
             raise SinkWriteError(
                 f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"
