@@ -474,4 +474,3 @@ def _value_fields(envelope_schema_json: str) -> list[dict[str, Any]]:
         return record_fields(envelope_schema_json, "before")
     except ValueError:
         return record_fields(envelope_schema_json, "after")
-
