@@ -184,35 +184,24 @@ class BatchSummary:
 
     @property
     def offsets(self) -> Offsets:
-        """Every record's (topic, partition) offset range: Bronze's ranges."""
-        return _ranges([s.offsets for s in self.topics.values()], self.skipped)
+        """Every record's (topic, partition) offset range, of the tables' topics and the skipped ones: Bronze's
+        ranges."""
+        ranges = {tp: r for s in self.topics.values() for tp, r in s.offsets.items()}
+        ranges.update({tp: r for s in self.skipped.values() for tp, r in s.offsets.items()})
+        return ranges
 
     @property
     def empty(self) -> bool:
         return not self.topics and not self.skipped
 
 
-def _ranges(offsets: list[Offsets], skipped: dict[str, SkippedTopic]) -> Offsets:
-    ranges = {tp: r for o in offsets for tp, r in o.items()}
-    ranges.update({tp: r for s in skipped.values() for tp, r in s.offsets.items()})
-    return ranges
-
-
 @dataclass(frozen=True)
 class BatchPlan:
-    """A whole batch's plan: one `TablePlan` per Silver table, the topics that feed none, and the partitioned
-    tables' partitions as read for this batch."""
+    """A whole batch's plan: one `TablePlan` per Silver table, and the topics that feed none (the rest of what the
+    batch read is in its `BatchSummary`)."""
 
     tables: list[TablePlan]
     skipped: dict[str, SkippedTopic]
-    roots: PartitionRoots
-    newest_ms: dict[str, int] = field(default_factory=dict)  # topic -> TopicSummary.newest_ms, every topic read
-    summary_s: float = 0.0  # seconds of the summary aggregate, the batch's first read of its records
-
-    @property
-    def offsets(self) -> Offsets:
-        """Every record's (topic, partition) offset range, of the tables and the skipped topics: Bronze's ranges."""
-        return _ranges([plan.summary.offsets for plan in self.tables], self.skipped)
 
     @property
     def table_names(self) -> list[str]:

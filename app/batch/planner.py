@@ -130,8 +130,7 @@ class Planner:
         calls = [partial(self._plan_topic, batch.framed_df, topic, summary, batch.roots)
                  for topic, summary in sorted(batch.topics.items())]
         topic_plans = in_threads(calls, workers)
-        return BatchPlan(plans_per_table(topic_plans, self.config), batch.skipped, batch.roots, batch.newest_ms,
-                         batch.summary_s)
+        return BatchPlan(plans_per_table(topic_plans, self.config), batch.skipped)
 
     def _routes(self, summary: dict[str, TopicSummary], roots: PartitionRoots) -> list[TableRoute]:
         """The batch's topics' routes; a topic of no known form is left to its plan (which names the record)."""

@@ -62,7 +62,7 @@ class SourceWatch:
         self._starting_ms = int(self.clock() * 1000)
 
     def delivered(self, newest_by_topic: Mapping[str, int]) -> None:
-        """A batch's newest Kafka timestamp per topic (app/batch/plan.py BatchPlan.newest_ms)."""
+        """A batch's newest Kafka timestamp per topic (app/batch/plan.py BatchSummary.newest_ms)."""
         with self._lock:
             for topic, ms in newest_by_topic.items():
                 source = delivering_source(topic, self.config)
