@@ -5,8 +5,8 @@ nothing; no test code is imported or shipped with it.
 The points a batch reaches, in order (`at`):
 
     decode            the batch framed and summarised (its topics, writer schema ids and offsets), nothing written
-                      yet; its decode plans and Bronze come next, side by side
-    bronze_written    Bronze written and the batch planned, no Silver table yet
+                      yet; its tables' units (each planning its table first) and Bronze come next, side by side
+    bronze_written    Bronze written, no Silver table yet (the units wait for it before their first write)
     dead_letters_written  a table's dead letters written (app/sink/deadletters.py), its Silver commit not yet
     dead_letters_settled  a table's dead letters settled by the batch's snapshot reads marked, its Silver commit not
                       yet (app/batch/writer.py: settle)

@@ -196,6 +196,17 @@ class BatchSummary:
 
 
 @dataclass(frozen=True)
+class TableTopics:
+    """A Silver table's topics in a batch (app/batch/planner.py `Planner.table_topics`), before its plan is built. A
+    topic of no known form is a group of its own, named after the topic, without a database: its plan raises the
+    error that names the record."""
+
+    name: str  # the table's qualified name
+    database: str | None
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class BatchPlan:
     """A whole batch's plan: one `TablePlan` per Silver table, and the topics that feed none (the rest of what the
     batch read is in its `BatchSummary`)."""

@@ -21,6 +21,7 @@ from app.batch.plan import (
     SkippedTopic,
     Slice,
     TablePlan,
+    TableTopics,
     TopicSummary,
     dead_coordinates,
     quarantined_coordinates,
@@ -116,21 +117,51 @@ class Planner:
         return BatchSummary(framed_df, summary, skipped, roots, newest, summary_s)
 
     def plan_tables(self, batch: BatchSummary, workers: int = 1) -> BatchPlan:
-        """A summarised batch's plan: the registry look-ups and each topic's lazy decode plan, `workers` topics at a
+        """A summarised batch's plan: the framing check, then each table's plan (`plan_table`), `workers` tables at a
         time (building a plan runs no Spark job, but Spark analyses each of its steps on the driver: on threads of
-        their own, topics are analysed on several cores), then several topics of one table merged.
+        their own, tables are analysed on several cores).
 
         Raises:
             SchemaDecodeError: a value lacks the framing (fail-fast).
-            EnvelopeError: a topic or writer schema is not what a Debezium connector produces; of several topics'
-                errors, the first topic's (by name), as when they are planned one after another.
+            EnvelopeError: a topic or writer schema is not what a Debezium connector produces; of several tables'
+                errors, the first table's, as when they are planned one after another.
+        """
+        self.check_framing(batch)
+        calls = [partial(self.plan_table, batch, table) for table in self.table_topics(batch)]
+        return BatchPlan(in_threads(calls, workers), batch.skipped)
+
+    def table_topics(self, batch: BatchSummary) -> list[TableTopics]:
+        """The batch's topics per Silver table, in the order of their first topic by name (`TableTopics`)."""
+        groups: dict[str, tuple[str | None, list[str]]] = {}
+        for topic in sorted(batch.topics):
+            try:
+                route = route_topic(topic, self.config, batch.roots)
+            except EnvelopeError:
+                groups[topic] = (None, [topic])
+                continue
+            groups.setdefault(route.qualified_name, (route.database, []))[1].append(topic)
+        return [TableTopics(name, database, tuple(topics)) for name, (database, topics) in groups.items()]
+
+    def plan_table(self, batch: BatchSummary, table: TableTopics) -> TablePlan:
+        """One table's plan: the registry look-ups and a lazy decode plan for each of its topics, several topics merged
+        into one (app/batch/merge.py).
+
+        Raises:
+            EnvelopeError: a topic or writer schema is not what a Debezium connector produces, or the topics may not
+                share the table.
+        """
+        plans = [self._plan_topic(batch.framed_df, topic, batch.topics[topic], batch.roots) for topic in table.topics]
+        [plan] = plans_per_table(plans, self.config)
+        return plan
+
+    def check_framing(self, batch: BatchSummary) -> None:
+        """Fail-fast mode: a value that cannot be split stops the batch before any table is planned (`_check_framing`).
+
+        Raises:
+            SchemaDecodeError: names the first such record.
         """
         if self.config.dead_letters.mode == "fail_fast":
             self._check_framing(batch.framed_df, batch.topics, batch.roots)
-        calls = [partial(self._plan_topic, batch.framed_df, topic, summary, batch.roots)
-                 for topic, summary in sorted(batch.topics.items())]
-        topic_plans = in_threads(calls, workers)
-        return BatchPlan(plans_per_table(topic_plans, self.config), batch.skipped)
 
     def _routes(self, summary: dict[str, TopicSummary], roots: PartitionRoots) -> list[TableRoute]:
         """The batch's topics' routes; a topic of no known form is left to its plan (which names the record)."""

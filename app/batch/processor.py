@@ -1,5 +1,6 @@
-"""One micro-batch, end to end: the summary, then the plan (framing/registry -> decode -> unwrap -> route) with Bronze
-written beside it, the Silver tables, status.
+"""One micro-batch, end to end: the summary, then each Silver table planned (framing/registry -> decode -> unwrap ->
+route) and written in a unit of its own, with Bronze written beside them and complete before any Silver write, then
+status.
 
 `BatchProcessor.process` is the foreachBatch function. It is the one place where a batch's per-table writes
 happen, and it takes any DataFrame with the Kafka source's columns (a Kafka micro-batch, or Bronze Parquet
@@ -21,22 +22,23 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 
 from py4j.protocol import Py4JJavaError
 from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.utils import CapturedException
 
-from app.batch.plan import BatchPlan, BatchSummary, Offsets, TablePlan
+from app.batch.plan import BatchSummary, Offsets, SkippedTopic, TablePlan, TableTopics
 from app.batch.planner import Planner
 from app.batch.writer import Step, TableWriter
 from app.config import JobConfig
-from app.errors import PipelineError, SinkWriteError, java_root_cause, required
+from app.errors import PipelineError, SinkWriteError, java_root_cause
 from app.hooks import Hooks
 from app.sink.bronze import write_bronze
 from app.sink.bronze_table import BronzeTable
 from app.sink.quarantine import Quarantine
-from app.spark import in_threads
 from app.state.metrics import JobMetrics
 from app.state.sources import SourceWatch
 from app.state.stats import TableBatchStats
@@ -111,9 +113,8 @@ class BatchProcessor:
             if batch.empty:
                 log.info("batch=%s empty", batch_id)
             else:
-                plan = self._plan_and_bronze(raw_df, batch, step, started)
-                self._write(raw_df, plan, step, query_id)
-                self._done(spark, plan, batch_id, time.monotonic() - started)
+                tables = self._write(raw_df, batch, step, query_id, started)
+                self._done(spark, tables, batch.skipped, batch_id, time.monotonic() - started)
             self.batches_done += 1
         except Exception as e:
             log.error("%s failed: %s: %s", step, type(e).__name__, e)
@@ -137,57 +138,54 @@ class BatchProcessor:
         return (f"batch={batch_id} still running after {time.monotonic() - started:.0f} s: step {step.name}"
                 + (f"; tables in progress: {tables}" if tables else ""))
 
-    def _plan_and_bronze(self, raw_df: DataFrame, batch: BatchSummary, step: Step, started: float) -> BatchPlan:
-        """The topics' plans (app/batch/planner.py `plan_tables`) and, on a thread beside them, Bronze: building a
-        plan runs no Spark job, and Bronze's write needs only the batch's offsets. A plan's error is raised first
-        (a batch that fails is read again, and a Bronze range written twice is skipped)."""
+    def _write(
+        self, raw_df: DataFrame, batch: BatchSummary, step: Step, query_id: str, started: float
+    ) -> list[TablePlan]:
+        """Each table planned and written in its unit (`TableUnits`), `lake.table_writers` at a time, with Bronze
+        written on a thread beside them (`BronzeGate`): Bronze's write needs only the batch's offsets, and building a
+        table's plan runs no Spark job. A unit waits for Bronze before its first write to the lake, so Bronze is
+        complete before any Silver write. Returns the tables' plans, in the order of their first topic; `step` says
+        where the batch is."""
         batch_id = step.batch_id
         for topic, skipped in sorted(batch.skipped.items()):
             log.info("batch=%s skipped topic=%s records=%d: %s", batch_id, topic, skipped.records, skipped.reason)
         self.hooks.at("decode", batch_id=batch_id, topics=sorted(batch.topics))
-        step.name = "plan and bronze"
-        workers = self.config.lake.table_writers
-        ended: dict[str, float] = {}
-
-        def planned() -> BatchPlan | None:
-            result = self.planner.plan_tables(batch, workers)
-            ended["plan"] = time.monotonic()
-            return result
-
-        def bronze() -> BatchPlan | None:
-            if not self.replay and not self.rebuild:  # Bronze holds a replay's and a rebuild's records already
-                self._write_bronze(raw_df, batch.offsets, batch_id)
-            ended["bronze"] = time.monotonic()
-            return None
-
-        bronze_started = time.monotonic()
-        plan = in_threads([planned, bronze], 1 if self.replay or self.rebuild else 2)[0]
-        self.phases["plan"] = ended["plan"] - started
+        self.planner.check_framing(batch)
+        tables = self.planner.table_topics(batch)
+        names = [t.name for t in tables]
+        self.phases["plan"] = time.monotonic() - started
         self.phases["plan_summary"] = batch.summary_s  # part of the plan's time
-        self.phases["bronze"] = ended["bronze"] - bronze_started  # beside the plan's topics
-        return required(plan, "the batch's plan")
-
-    def _write(self, raw_df: DataFrame, plan: BatchPlan, step: Step, query_id: str) -> None:
-        """Each table's unit, Bronze written; `step` says where the batch is."""
-        batch_id, names = step.batch_id, plan.table_names
         step.name = "tables"
-        self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
-        started = time.monotonic()
-        self._write_tables(raw_df.sparkSession, plan, step, query_id)
-        self.phases["tables"] = time.monotonic() - started
+        units = self.units = self.table_units(batch, tables, batch_id, query_id)
+        tables_started = time.monotonic()
+        if self.replay or self.rebuild:  # Bronze holds a replay's and a rebuild's records already
+            self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
+            units.bronze = BronzeGate(None)
+        else:
+            units.bronze = BronzeGate(partial(self._write_bronze, raw_df, batch.offsets, batch_id, names))
+        self._write_tables(raw_df.sparkSession, units, step)
+        self.phases["bronze"] = units.bronze.seconds  # beside the tables' units
+        self.phases["tables"] = time.monotonic() - tables_started
         step.table, step.name = None, "status"
         self.hooks.at("tables_committed", batch_id=batch_id, committed=names)
+        return units.plans()
 
-    def _write_tables(self, spark: SparkSession, plan: BatchPlan, step: Step, query_id: str) -> None:
-        """Each table's unit (app/batch/writer.py), `lake.table_writers` at a time (`TableUnits`). A failure is
-        raised once the units under way have ended (each commits or not on its own), `step` naming its table and
-        the step it stopped in."""
-        units = self.units = TableUnits(plan, step.batch_id, query_id, self.writer, self.hooks)
-        writers = min(self.config.lake.table_writers, len(plan.tables))
+    def table_units(
+        self, batch: BatchSummary, tables: list[TableTopics], batch_id: int, query_id: str
+    ) -> TableUnits:
+        """The units of a summarised batch's tables (`tables`: the planner's `table_topics`), Bronze's gate open."""
+        return TableUnits(tables, partial(self.planner.plan_table, batch), batch_id, query_id, writer=self.writer,
+                          hooks=self.hooks)
+
+    def _write_tables(self, spark: SparkSession, units: TableUnits, step: Step) -> None:
+        """Each table's unit (app/batch/writer.py), `lake.table_writers` at a time. A failure is raised once the units
+        under way have ended (each commits or not on its own), `step` naming its table and the step it stopped in;
+        a failed Bronze write is raised as it is, its table units having stopped before their first write."""
+        writers = min(self.config.lake.table_writers, len(units.names))
         if writers <= 1:
             units.write()
         else:
-            self._create_databases(spark, plan)
+            self._create_databases(spark, units)
             # InheritableThread: each thread's JVM side inherits the batch's local properties (the query id).
             threads = [
                 InheritableThread(target=units.write, args=(spark, f"tables-{n}")) for n in range(writers)
@@ -196,24 +194,27 @@ class BatchProcessor:
                 thread.start()
             for thread in threads:
                 thread.join()
-        if units.failures:
-            error, failed = units.failures[0]
+        units.bronze.join()  # a unit with nothing to write never waits for it
+        failure = units.failure()
+        if failure is not None:
+            error, failed = failure
             step.table, step.name = failed.table, failed.name
             raise error
 
-    def _create_databases(self, spark: SparkSession, plan: BatchPlan) -> None:
+    def _create_databases(self, spark: SparkSession, units: TableUnits) -> None:
         """The catalog databases of the batch's tables, created before their writer threads start: each table's
         meta sync creates a missing one, and two at once both create it (the metastore then holds the name twice
         and every later look-up of it fails)."""
         # The dead-letter table's database too: any table's unit may write dead letters.
-        databases = {p.target.database for p in plan.tables if p.target is not None} | {self.config.lake.database}
+        databases = units.databases() | {self.config.lake.database}
         for database in sorted(databases):
             if database not in self.databases and not spark.catalog.databaseExists(database):
                 log.info("creating catalog database %s", database)
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
             self.databases.add(database)
 
-    def _write_bronze(self, raw_df: DataFrame, offsets: Offsets, batch_id: int) -> None:
+    def _write_bronze(self, raw_df: DataFrame, offsets: Offsets, batch_id: int, tables: list[str]) -> None:
+        """Bronze's write, then the `bronze_written` point."""
         try:
             bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets)
         except (Py4JJavaError, CapturedException) as e:
@@ -223,9 +224,13 @@ class BatchProcessor:
         if bronze.skipped:
             log.info("batch=%s bronze: %d records already held; written %s", batch_id, bronze.skipped, bronze.written)
         self.bronze_table.published(bronze.written)
+        self.hooks.at("bronze_written", batch_id=batch_id, tables=tables)
 
-    def _done(self, spark: SparkSession, plan: BatchPlan, batch_id: int, duration_s: float) -> None:
-        stats = [p.stats for p in plan.tables]
+    def _done(
+        self, spark: SparkSession, tables: list[TablePlan], skipped_topics: dict[str, SkippedTopic], batch_id: int,
+        duration_s: float,
+    ) -> None:
+        stats = [p.stats for p in tables]
         self.last_stats = {s.table: s for s in stats}
         self.history.append(self.last_stats)
         phases = " ".join(f"{name}_s={seconds:.2f}" for name, seconds in self.phases.items())
@@ -236,8 +241,8 @@ class BatchProcessor:
                       "; ".join(f"{t} since batch {e.batch_id}: {e.reason}" for t, e in sorted(quarantined.items())))
         self.status.quarantined = {t: {"reason": e.reason, "batch_id": e.batch_id, "at": e.at}
                                    for t, e in quarantined.items()}
-        skipped = {topic: (s.reason, s.records) for topic, s in plan.skipped.items()}
-        for table_plan in plan.tables:  # lost tables (app/sink/lost.py): their topics' records were not written
+        skipped = {topic: (s.reason, s.records) for topic, s in skipped_topics.items()}
+        for table_plan in tables:  # lost tables (app/sink/lost.py): their topics' records were not written
             if table_plan.stats.refused:
                 for topic in table_plan.topics:
                     records = sum(last - first + 1 for (t, _), (first, last) in table_plan.summary.offsets.items()
@@ -245,7 +250,7 @@ class BatchProcessor:
                     skipped[topic] = (f"{REFUSED}{table_plan.stats.refused}", records)
         if self.metrics is not None:
             self.metrics.record_batch(batch_id, stats, duration_s, self.phases, quarantined=quarantined,
-                                      sources={p.route.qualified_name: p.route.source for p in plan.tables})
+                                      sources={p.route.qualified_name: p.route.source for p in tables})
         with self.status_lock:
             self.status.record_batch(batch_id, stats, skipped, duration_s)
         self.check_sources()
@@ -269,40 +274,114 @@ class BatchProcessor:
                 write_status(spark, self.config, self.status)
 
 
-class TableUnits:
-    """A batch's table units shared by its writer threads: each thread takes the next table not yet started until
-    none is left or a unit failed. `between_tables` is reached after each table's commit while others remain."""
+class BronzeGate:
+    """Bronze's write on a thread of its own beside a batch's table units (`write`; None: nothing to write, the gate
+    is open). A unit passes the gate (`wait`) before its first write to the lake: Bronze is complete before any Silver
+    write, and when Bronze's write failed, no unit writes."""
 
-    def __init__(self, plan: BatchPlan, batch_id: int, query_id: str, writer: TableWriter, hooks: Hooks) -> None:
-        self.batch_id, self.query_id, self.writer, self.hooks = batch_id, query_id, writer, hooks
-        self.names = plan.table_names
-        self.waiting = deque(plan.tables)
+    def __init__(self, write: Callable[[], object] | None) -> None:
+        self.error: BaseException | None = None
+        self.seconds = 0.0
+        self.written = threading.Event()
+        self.thread: InheritableThread | None = None
+        if write is None:
+            self.written.set()
+        else:
+            self.thread = InheritableThread(target=self._run, args=(write,), name="bronze")
+            self.thread.start()
+
+    def _run(self, write: Callable[[], object]) -> None:
+        started = time.monotonic()
+        try:
+            write()
+        except BaseException as e:  # raised by the batch's thread (`TableUnits.failure`)
+            self.error = e
+        finally:
+            self.seconds = time.monotonic() - started
+            self.written.set()
+
+    def wait(self) -> None:
+        """Returns once Bronze is written.
+
+        Raises:
+            BronzeNotWritten: its write failed (the batch raises that error itself).
+        """
+        self.written.wait()
+        if self.error is not None:
+            raise BronzeNotWritten(f"Bronze was not written: {type(self.error).__name__}") from self.error
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+
+class BronzeNotWritten(Exception):
+    """A table unit stopped at Bronze's gate: Bronze's write failed."""
+
+
+class TableUnits:
+    """A batch's table units shared by its writer threads: each thread takes the next table not yet started, plans it
+    (`plan`: app/batch/planner.py `plan_table`) and writes it, until none is left or a unit failed. A unit waits for
+    Bronze (`bronze`) before its first write to the lake. `between_tables` is reached after each table's commit while
+    others remain."""
+
+    def __init__(
+        self, tables: list[TableTopics], plan: Callable[[TableTopics], TablePlan], batch_id: int, query_id: str, *,
+        writer: TableWriter, hooks: Hooks,
+    ) -> None:
+        self.plan, self.batch_id, self.query_id, self.writer, self.hooks = plan, batch_id, query_id, writer, hooks
+        self.tables = tables
+        self.names = [t.name for t in tables]
+        self.bronze = BronzeGate(None)
+        self.waiting = deque(tables)
+        self.planned: dict[str, TablePlan] = {}
         self.done: list[str] = []
         self.active: dict[str, Step] = {}  # the units under way, by table (the heartbeat's progress line)
-        self.failures: list[tuple[Exception, Step]] = []  # the first one is the batch's
+        self.failures: list[tuple[Exception, Step]] = []
         self.lock = threading.Lock()
 
     def write(self, spark: SparkSession | None = None, pool: str | None = None) -> None:
         """A writer thread's loop; with a `pool`, its Spark jobs run in that FAIR scheduler pool."""
         if spark is not None and pool is not None:
             spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
-        while (table_plan := self._next()) is not None:
-            step = Step(self.batch_id, table_plan.route.qualified_name)
-            self.active[table_plan.route.qualified_name] = step
+        while (table := self._next()) is not None:
+            step = Step(self.batch_id, table.name)
+            self.active[table.name] = step
             try:
-                self.writer.write(table_plan, self.batch_id, self.query_id, step)
+                table_plan = self.plan(table)
+                with self.lock:
+                    self.planned[table.name] = table_plan
+                self.writer.write(table_plan, self.batch_id, self.query_id, step, ready=self.bronze.wait)
             except Exception as e:
                 with self.lock:
                     self.failures.append((e, step))
                 return
             finally:
-                self.active.pop(table_plan.route.qualified_name, None)
+                self.active.pop(table.name, None)
             with self.lock:
-                self.done.append(table_plan.route.qualified_name)
+                self.done.append(table.name)
                 committed, remaining = list(self.done), [n for n in self.names if n not in self.done]
             if remaining:
                 self.hooks.at("between_tables", batch_id=self.batch_id, committed=committed, remaining=remaining)
 
-    def _next(self) -> TablePlan | None:
+    def _next(self) -> TableTopics | None:
         with self.lock:
             return None if self.failures or not self.waiting else self.waiting.popleft()
+
+    def databases(self) -> set[str]:
+        """The catalog databases of the batch's tables (those whose topics have a known form)."""
+        return {t.database for t in self.tables if t.database is not None}
+
+    def plans(self) -> list[TablePlan]:
+        """The tables' plans, in the batch's order of tables."""
+        return [self.planned[name] for name in self.names]
+
+    def failure(self) -> tuple[BaseException, Step] | None:
+        """The batch's error: Bronze's, when its write failed; else the first failed unit's, in the order of tables
+        (units run at once, so the first to fail in time depends on the machine)."""
+        if self.bronze.error is not None:
+            return self.bronze.error, Step(self.batch_id, None, "bronze")
+        failures = [(e, s) for e, s in self.failures if not isinstance(e, BronzeNotWritten)]
+        if not failures:
+            return None
+        return min(failures, key=lambda f: self.names.index(f[1].table or ""))

@@ -36,7 +36,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -147,26 +147,30 @@ class TableWriter:
         self.lost = LostTables()  # app/sink/lost.py: tables the catalog holds and the lake lost
         self.conf_file = "<conf file>"  # the job's config file, for the commands its messages name
 
-    def write(self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None) -> None:
+    def write(
+        self, plan: TablePlan, batch_id: int, query_id: str, step: Step | None = None,
+        ready: Callable[[], None] = lambda: None,
+    ) -> None:
         """One table's unit of the batch: the check on its timeline, the write, the offsets in the commit. A
         transient failure is tried again (`lake.write_retries`); one that quarantines (app/sink/quarantine.py)
-        quarantines the table instead of failing the batch (not in fail-fast mode).
+        quarantines the table instead of failing the batch (not in fail-fast mode). `ready` returns once the unit
+        may write to the lake (Bronze written: app/batch/processor.py `BronzeGate`); the unit's reads come before.
 
         Raises:
             SchemaDecodeError: fail-fast, and a record of the table cannot be decoded (names the record).
             SinkWriteError: the Hudi write failed, and neither a retry nor a quarantine applies.
         """
         step = step or Step(batch_id, plan.route.qualified_name)
-        started = step.started = time.monotonic()
-        step.name = ""
+        started = step.started  # the unit's start: its step `plan` built the plan (app/batch/processor.py TableUnits)
+        step.enter("", plan.stats.steps_s)
         attempt = 0
         while True:
             try:
                 if plan.quarantine is not None:  # its events could not be planned
                     step.name = "plan"
-                    self._quarantine(plan, EnvelopeError(plan.quarantine), step, query_id)
+                    self._quarantine(plan, EnvelopeError(plan.quarantine), step, query_id, ready)
                     break
-                self._write_unit(plan, batch_id, query_id, step)
+                self._write_unit(plan, batch_id, query_id, step, ready)
                 break
             except Exception as e:
                 kind = failure_kind(e)
@@ -181,24 +185,30 @@ class TableWriter:
                     time.sleep(delay)
                     continue
                 if kind == "quarantine" and self.config.dead_letters.mode == "dead_letter":
-                    self._quarantine(plan, e, step, query_id)
+                    self._quarantine(plan, e, step, query_id, ready)
                     break
                 raise
         step.close(plan.stats.steps_s)
         plan.stats.duration_s = time.monotonic() - started
         log.info("%s", plan.stats.log_line(batch_id))
 
-    def _write_unit(self, plan: TablePlan, batch_id: int, query_id: str, step: Step) -> None:
+    def _write_unit(
+        self, plan: TablePlan, batch_id: int, query_id: str, step: Step, ready: Callable[[], None]
+    ) -> None:
         try:
             if plan.events_df is not None and plan.target is None:
                 step.enter("keyless check", plan.stats.steps_s)
                 self._check_keyless(plan)
+                step.enter("bronze wait", plan.stats.steps_s)
+                ready()
                 step.enter("dead letters", plan.stats.steps_s)
                 dead = self._write_dead_letters(plan, plan.events_df, step, query_id)
                 plan.stats.skipped = max(0, plan.stats.skipped - dead)
             elif plan.events_df is not None and plan.target is not None:
-                self._write_events(plan, plan.target, step, query_id)
+                self._write_events(plan, plan.target, step, query_id, ready)
             elif plan.dead_df is not None:
+                step.enter("bronze wait", plan.stats.steps_s)
+                ready()
                 step.enter("dead letters", plan.stats.steps_s)
                 self._write_dead_letters(plan, None, step, query_id)
         except (Py4JJavaError, CapturedException) as e:
@@ -219,10 +229,13 @@ class TableWriter:
         ).collect()
         self.replayed.extend(ReplayedEvent(target, r.asDict()) for r in rows)
 
-    def _quarantine(self, plan: TablePlan, error: Exception, step: Step, query_id: str) -> None:
+    def _quarantine(
+        self, plan: TablePlan, error: Exception, step: Step, query_id: str, ready: Callable[[], None]
+    ) -> None:
         """Quarantine the table (its file first: app/sink/quarantine.py), then send the batch's records of its topics
         to the dead letters, kind `quarantined`; the batch goes on with the other tables."""
         table, failed_step = plan.route.qualified_name, step.name
+        ready()
         reason = f"step {failed_step}: {type(error).__name__}: {_first_line(error)}"
         source_df = required(plan.source_df, f"{table}: the batch's records")
         entry = QuarantineEntry(table, reason, step.batch_id, datetime.now(UTC).isoformat(timespec="seconds"),
@@ -244,7 +257,9 @@ class TableWriter:
         stats.dead_letter_kinds, stats.diverged_keys = summary.kinds, summary.keys
         stats.skipped = max(0, plan.summary.rows_in - summary.records)
 
-    def _write_events(self, plan: TablePlan, target: HudiTarget, step: Step, query_id: str) -> None:
+    def _write_events(
+        self, plan: TablePlan, target: HudiTarget, step: Step, query_id: str, ready: Callable[[], None]
+    ) -> None:
         """The steps of the module docstring, for a table with a record key."""
         step.enter("commit check", plan.stats.steps_s)
         checked = self._commit_check(plan, target, step.batch_id)
@@ -271,6 +286,8 @@ class TableWriter:
             cached_df = over_cache(judged_df)
             if self.replay:
                 self._keep_verdicts(plan, target, cached_df)
+            step.enter("bronze wait", plan.stats.steps_s)
+            ready()
             step.enter("dead letters", plan.stats.steps_s)
             dead = self._write_dead_letters(plan, cached_df if counts["poison"] else None, step, query_id)
             # Records found unusable before decoding were counted as skipped (not among the events).
@@ -290,18 +307,24 @@ class TableWriter:
             self._widen(plan, target, rows_df, step, query_id)
             step.enter("upsert", plan.stats.steps_s)
             max_position = _max_position(counts, plan.topics_per_source())
-            extra = commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity)
-            sync = self.meta_sync.write_options(target, rows_df)
-            sized = sized_options(target, counts["upserts"] + counts["deletes"])
-            options = {**sized, **self.hooks.write_options(target.path), **extra, **sync}
-            # One row per key: the latest event of each (_written).
-            write_silver(rows_df, target, step.batch_id, query_id, options, unique_rows=True)
-            self.meta_sync.written(target, rows_df, options)
+            self._upsert(target, rows_df, step, query_id, rows=counts["upserts"] + counts["deletes"],
+                         metadata=commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity))
         finally:
             judged_df.unpersist()
         if recorded:
             step.enter("ledger compaction", plan.stats.steps_s)
             self._compact_ledger(spark, target, step.batch_id)
+
+    def _upsert(
+        self, target: HudiTarget, rows_df: DataFrame, step: Step, query_id: str, *, rows: int,
+        metadata: dict[str, str],
+    ) -> None:
+        """The Hudi write of the table's rows (one per key: the latest event of each, `_written`), the batch's offsets
+        in its commit's `metadata`; meta sync when due."""
+        sync = self.meta_sync.write_options(target, rows_df)
+        options = {**sized_options(target, rows), **self.hooks.write_options(target.path), **metadata, **sync}
+        write_silver(rows_df, target, step.batch_id, query_id, options, unique_rows=True)
+        self.meta_sync.written(target, rows_df, options)
 
     def _with_truncate_deletes(self, plan: TablePlan, target: HudiTarget, step: Step) -> TablePlan:
         """A table whose truncate policy is `clear`: the plan without its truncate events, and, when it has some, a

@@ -236,8 +236,9 @@ class LakeConfig:
     # less one past those retained.
     clean_every_commits: int = 5
     # A batch's tables are written this many at a time, each table's unit on a thread of its own (its Spark jobs
-    # in a FAIR scheduler pool of their own), and its topics' decode plans built as many at a time before them (on
-    # the driver's cores, beside the Bronze write); 1 plans and writes them one after another.
+    # in a FAIR scheduler pool of their own), each unit building its table's decode plan first (on the driver's
+    # cores, beside the Bronze write, which a unit waits for before its first write); 1 plans and writes them one
+    # after another.
     table_writers: int = 3
     # A table's records in a batch, up to this many, are judged and written from one Spark partition: its latest
     # event per key and its counts need no shuffle, and its Hudi upsert runs fewer tasks (B3's count step 12-20%

@@ -17,8 +17,8 @@ driver's UI), JMX, CSV, or a CloudWatch sink on EMR (docs/running.md "Status and
     source.<label>.delivered_age_s              seconds since its connector last delivered a record, heartbeats
                                                 included (app/state/sources.py), read on a timer
     source.<label>.stalled                      1 once that passes recovery.source_stalled_after_s, else 0
-    job.batch_duration_s, job.batch_<phase>_s   the latest batch and its phases (plan, plan_summary: part of
-                                                plan, bronze: beside the rest of plan, tables)
+    job.batch_duration_s, job.batch_<phase>_s   the latest batch and its phases (plan: up to the tables' units,
+                                                plan_summary: part of plan, bronze: beside the units, tables)
     job.last_batch_age_s                        seconds since the latest batch completed
     job.batches                                 batches completed by this process
     job.outage                                  1 while the job waits out an outage (app/recovery.py), else 0

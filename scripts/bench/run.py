@@ -67,7 +67,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +85,14 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import DecimalType  # noqa: E402
 
-from app.batch.plan import BatchPlan  # noqa: E402
-from app.batch.processor import BatchProcessor  # noqa: E402
+from app.batch.processor import BatchProcessor, BronzeGate  # noqa: E402
 from app.config import JobConfig, PartitionSpec, load_config  # noqa: E402
 from app.errors import required  # noqa: E402
 from app.sink.bronze import write_bronze  # noqa: E402
 from app.sink.hudi import UNIQUE_ROWS, HudiTarget, write_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
 from app.sink.widening import rewrite as rewrite_table  # noqa: E402
-from app.spark import build_session, in_threads, jvm_pid, process_cpu_s, session_conf  # noqa: E402
+from app.spark import build_session, jvm_pid, process_cpu_s, session_conf  # noqa: E402
 from app.wire.registry import RegistryClient  # noqa: E402
 from app.wire.source import subscribe_pattern  # noqa: E402
 from scripts.bench.freshness import SETTLE_S, Workload, freshness  # noqa: E402
@@ -211,7 +212,7 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int, warm_u
         processor = BatchProcessor(run_config, registry)
         batch_df = raw_df.persist()  # as the batch function does: one read of the records for every step
         try:
-            write_parquet_tables(planned_beside_bronze(processor, batch_df), processor)
+            write_parquet_tables(processor, batch_df)
         finally:
             batch_df.unpersist()
         figures = {"s": time.monotonic() - wall, "cpu_s": cpu_s(pid) - cpu}
@@ -234,46 +235,39 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int, warm_u
                      "phases": {phase: statistics.median(v) for phase, v in phases.items()}}
 
 
-def planned_beside_bronze(processor: BatchProcessor, batch_df: DataFrame) -> BatchPlan:
-    """The batch planned as the batch function plans it: its topics' plans built while Bronze is written
-    (app/batch/processor.py)."""
+def write_parquet_tables(processor: BatchProcessor, batch_df: DataFrame) -> None:
+    """The batch as the batch function takes it (app/batch/processor.py): the summary, then each table planned and its
+    rows written on as many writer threads as the job's (lake.table_writers), each taking the next table, with Bronze
+    written beside them and complete before a table's write. A table's rows are those the job's upsert receives (the
+    latest event per key, app/batch/writer.py), as plain Parquet where the job would put the Hudi table."""
     lake = processor.config.lake
     batch = processor.planner.summarize(batch_df)
-
-    def planned() -> BatchPlan | None:
-        return processor.planner.plan_tables(batch, lake.table_writers)
-
-    def bronze() -> BatchPlan | None:
-        write_bronze(batch_df, lake.bronze_path, batch.offsets)
-        return None
-
-    return required(in_threads([planned, bronze], 2)[0], "the plan")
-
-
-def write_parquet_tables(plan: BatchPlan, processor: BatchProcessor) -> None:
-    """Each table's rows as the job's upsert receives them (the latest event per key, app/batch/writer.py) as plain
-    Parquet where the job would put the Hudi table, from as many writer threads as the job's
-    (lake.table_writers), each taking the next table."""
-    config = processor.config
-    waiting = [p for p in plan.tables if p.events_df is not None and p.target is not None]
+    waiting = deque(processor.planner.table_topics(batch))
+    bronze = BronzeGate(partial(write_bronze, batch_df, lake.bronze_path, batch.offsets))
 
     def write_tables() -> None:
         while True:
             try:
-                table_plan = waiting.pop()
+                table = waiting.popleft()
             except IndexError:
                 return
-            target = required(table_plan.target, "a table with a key")
-            judged_df = table_plan.judged_df()
+            table_plan = processor.planner.plan_table(batch, table)
+            if table_plan.events_df is None or table_plan.target is None:
+                continue
+            rows_df = processor.writer._rows(table_plan, table_plan.target, table_plan.judged_df())
+            bronze.wait()
             # Committed by task renames straight into the folder (v2), not a second round of renames at job end.
-            processor.writer._rows(table_plan, target, judged_df).write.option(
-                "mapreduce.fileoutputcommitter.algorithm.version", "2").parquet(target.path)
+            rows_df.write.option("mapreduce.fileoutputcommitter.algorithm.version", "2").parquet(
+                table_plan.target.path)
 
-    threads = [InheritableThread(target=write_tables) for _ in range(config.lake.table_writers)]
+    threads = [InheritableThread(target=write_tables) for _ in range(lake.table_writers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    bronze.join()
+    if bronze.error is not None:
+        raise bronze.error
 
 
 # --- processes: a consumer of a source's topics, its time and its memory -------------------------------------

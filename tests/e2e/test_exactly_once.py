@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from app.batch.plan import TablePlan
 from app.batch.processor import BatchProcessor
 from app.batch.writer import Step
 from app.config import JobConfig
@@ -118,8 +119,9 @@ def test_snapshot(pipeline: Pipeline, pg_conn: psycopg.Connection) -> None:
     assert_lake_equals_source(pipeline, pg_conn, offsets)
     # Each table's unit times its steps (the per-table log line's `steps=`), the batch its phases.
     for stats in pipeline.processor.last_stats.values():
-        assert {"commit check", "ledger read", "count", "upsert"} <= set(stats.steps_s), stats.steps_s
-        assert "steps=commit_check:" in stats.log_line(0)
+        assert {"plan", "commit check", "ledger read", "count", "bronze wait", "upsert"} <= set(stats.steps_s), (
+            stats.steps_s)
+        assert "steps=plan:" in stats.log_line(0)  # a unit's first step builds its table's plan
     assert set(pipeline.processor.phases) == {"plan", "plan_summary", "bronze", "tables"}
 
 
@@ -190,14 +192,15 @@ def test_a_batchs_tables_written_from_two_threads_at_once(pipeline: Pipeline, pg
         .option("includeHeaders", "true")
         .load()
     )
-    batch = processor.planner.plan(raw_df)
-    plans = batch.tables
-    assert sorted(p.summary.rows_in for p in plans) == [1, 2]
+    batch = processor.planner.summarize(raw_df)
+    assert sorted(s.rows_in for s in batch.topics.values()) == [1, 2]
     commits = {t: pipeline.commits(t) for t in TABLES}
     assert pipeline.config.lake.table_writers >= 2
 
-    def write_both() -> None:
-        processor._write_tables(spark, batch, Step(1000), "two-threads")
+    def write_both() -> list[TablePlan]:
+        units = processor.table_units(batch, processor.planner.table_topics(batch), 1000, "two-threads")
+        processor._write_tables(spark, units, Step(1000))
+        return units.plans()
 
     write_both()
     assert pipeline.rows("items") == {tuple(r) for r in pg_conn.execute(f"select id, name, qty from {SCHEMA}.items")}
@@ -205,7 +208,7 @@ def test_a_batchs_tables_written_from_two_threads_at_once(pipeline: Pipeline, pg
     assert {t: len(pipeline.commits(t)) - len(commits[t]) for t in TABLES} == {"items": 1, "notes": 1}
     after_first = {t: pipeline.commits(t) for t in TABLES}
 
-    write_both()  # the same batch again, both tables at once: each finds its offsets committed
+    plans = write_both()  # the same batch again, both tables at once: each finds its offsets committed
     assert [p.stats.replayed for p in plans] == [p.summary.rows_in for p in plans]
     assert {t: pipeline.commits(t) for t in TABLES} == after_first
 
