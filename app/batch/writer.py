@@ -1,5 +1,7 @@
 """One table's share of a batch, the exactly-once unit: its named steps run in this order.
 
+    plan           the table's decode plan built (app/batch/planner.py `plan_table`; app/batch/processor.py
+                   `TableUnits`), while Bronze is written beside the units
     commit check   the table's last commit: offsets it applied already are skipped (a replayed batch), and only
                    those above are written when a lost checkpoint re-reads with other batch boundaries
     truncate       a table whose truncate policy is `clear` (its truncate events are among its events): each key
@@ -11,6 +13,7 @@
     unread rows    a table whose `unread_rows` is `delete`, when a full snapshot of it ended in the batch (its last
                    read): the keys it did not read get a delete each (app/cdc/derived.py), and the events are
                    judged again
+    bronze wait    until the batch's Bronze is written (`ready`): the steps above only read, those below write
     dead letters   the events that cannot be applied (`_cdc_error`) and the records found unusable before decoding,
                    to the dead-letter table, before the table's commit (app/sink/deadletters.py); in fail-fast
                    mode the first of them stops the batch instead
