@@ -158,9 +158,8 @@ class BatchProcessor:
         step.name = "tables"
         units = self.units = self.table_units(batch, tables, batch_id, query_id)
         tables_started = time.monotonic()
-        if self.replay or self.rebuild:  # Bronze holds a replay's and a rebuild's records already
+        if self.replay or self.rebuild:  # Bronze holds a replay's and a rebuild's records already: the gate stays open
             self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
-            units.bronze = BronzeGate(None)
         else:
             units.bronze = BronzeGate(partial(self._write_bronze, raw_df, batch.offsets, batch_id, names))
         self._write_tables(raw_df.sparkSession, units, step)
