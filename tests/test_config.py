@@ -155,6 +155,15 @@ def test_table_services_need_a_commit_at_least(key: str) -> None:
     _assert_names_key(_config_error(raw), f"lake.{key}", "must be >= 1")
 
 
+def test_the_small_file_limit_is_a_size() -> None:
+    raw = _minimal()
+    raw["lake"]["small_file_limit_mb"] = -1
+
+    _assert_names_key(_config_error(raw), "lake.small_file_limit_mb", "must be >= 0")
+    raw["lake"]["small_file_limit_mb"] = 0.25
+    assert parse_config(raw).lake.small_file_bytes == 262144
+
+
 def test_invalid_database_name() -> None:
     raw = _minimal()
     raw["lake"]["database"] = "silver-db"

@@ -291,6 +291,7 @@ class Planner:
                 compaction_delta_commits=route.compaction_delta_commits,
                 retain_commits=self.config.lake.retain_commits,
                 clean_every_commits=self.config.lake.clean_every_commits,
+                small_file_limit_bytes=self.config.lake.small_file_bytes,
                 metadata_table=self.config.lake.metadata_table == "all",
             )
         try:

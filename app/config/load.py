@@ -182,6 +182,7 @@ _LAKE_MINIMUMS = (
     ("compaction_delta_commits", 1, ""),
     ("retain_commits", 1, ""),
     ("clean_every_commits", 1, ""),
+    ("small_file_limit_mb", 0, " (0: inserts always go to new files)"),
     ("table_writers", 1, " (1: one table after another)"),
     ("single_partition_rows", 0, " (0: never)"),
     ("write_retries", 0, " (0: a transient write error fails the batch at once)"),

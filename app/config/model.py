@@ -235,6 +235,11 @@ class LakeConfig:
     # about a tenth of a small commit (docs/performance.md). An old file version stays up to this many commits
     # less one past those retained.
     clean_every_commits: int = 5
+    # A batch's inserts into a table go into its base files smaller than this many MB (Hudi's
+    # `hoodie.parquet.small.file.limit`), and a Copy-on-Write commit rewrites each such file whole: a table taking
+    # a steady stream of inserts rewrites a file that grows until it passes this size. 0: every batch's inserts go
+    # to new files.
+    small_file_limit_mb: float = 100.0
     # A batch's tables are written this many at a time, each table's unit on a thread of its own (its Spark jobs
     # in a FAIR scheduler pool of their own), each unit building its table's decode plan first (on the driver's
     # cores, beside the Bronze write, which a unit waits for before its first write); 1 plans and writes them one
@@ -259,6 +264,10 @@ class LakeConfig:
     # metastore timeout) is tried again this many times, 5 s later, then 10 s, 20 s...; then the batch fails and is
     # read again at the next start. Never a reason to quarantine a table (app/sink/quarantine.py).
     write_retries: int = 3
+
+    @property
+    def small_file_bytes(self) -> int:
+        return round(self.small_file_limit_mb * 1024 * 1024)
 
     def table_path(self, table: str, database: str | None = None) -> str:
         """Where a Silver table lives: <silver_path>/<database>/<table> (lake.database unless given)."""

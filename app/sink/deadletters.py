@@ -90,6 +90,7 @@ def dead_letter_target(config: JobConfig) -> HudiTarget:
         record_key=(DEAD_LETTER_KEY,),
         retain_commits=config.lake.retain_commits,
         clean_every_commits=config.lake.clean_every_commits,
+        small_file_limit_bytes=config.lake.small_file_bytes,
     )
 
 

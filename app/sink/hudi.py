@@ -35,6 +35,7 @@ class HudiTarget:
     clean_every_commits: int = 5
     metadata_table: bool = False  # partitioned tables always have one (their record-level index)
     key_lengths: bool = False  # Hudi's record key also holds KEY_LENGTHS_COL (key_lengths_needed)
+    small_file_limit_bytes: int = 100 * 1024 * 1024  # hoodie.parquet.small.file.limit: files below it take inserts
 
     @property
     def key_fields(self) -> tuple[str, ...]:
@@ -69,6 +70,13 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
         # A batch written with an older writer schema than the table's fills the newer columns with null.
         "hoodie.write.set.null.for.missing.columns": "true",
         "hoodie.datasource.write.reconcile.schema": "false",
+        # A batch's inserts go into the table's base files smaller than this (Hudi's small-file handling), which a
+        # Copy-on-Write commit then rewrites whole; a larger one is left to its updates.
+        "hoodie.parquet.small.file.limit": str(target.small_file_limit_bytes),
+        # No Hudi bloom filter of the record keys in each base file's footer: only a bloom index reads it, and no
+        # table has one (layout_options). By default a filter sized for 60,000 keys (some 330 KB, whatever the rows)
+        # is built and written with every base file, and parsed with its footer at every read.
+        "hoodie.parquet.bloom.filter.enabled": "false",
         **table_service_options(target),
         # After each commit Hudi's HiveSyncTool brings the catalog up to date (a column added upstream, a new
         # table). hms mode without metastore URIs opens the metastore the session's Hive client names

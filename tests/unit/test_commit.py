@@ -94,6 +94,39 @@ def test_the_cleaner_runs_once_every_clean_every_commits(
     assert _cleans(tmp_path / "t") == cleans
 
 
+def _file_groups(path: Path) -> set[str]:
+    """A table's file groups: the file ids of its base files (`<file id>_<write token>_<instant>.parquet`)."""
+    return {p.name.split("_")[0] for p in path.glob("*.parquet")}
+
+
+@pytest.mark.stack
+@pytest.mark.parametrize(("limit", "groups"), [(100 * 1024 * 1024, 1), (1, 3)])
+def test_inserts_go_into_files_below_the_small_file_limit(
+    spark: SparkSession, tmp_path: Path, limit: int, groups: int
+) -> None:
+    # lake.small_file_limit_mb: under Hudi's default (100 MB) each batch's new keys go into the table's one small
+    # file, which the commit rewrites; with a file of any size past the limit, each batch's new keys start a file
+    # group of their own and the older files are left alone.
+    target = dataclasses.replace(_target(tmp_path / "t"), small_file_limit_bytes=limit)
+    for n, ids in enumerate([range(0, 3), range(3, 6), range(6, 9)], start=1):
+        _write(spark, target, ids, n, {})
+    assert len(_file_groups(tmp_path / "t")) == groups
+    assert spark.read.format("hudi").load(target.path).count() == 9
+    # Nor does any base file carry Hudi's bloom filter of its keys (no table has a bloom index to read it).
+    for base_file in (tmp_path / "t").glob("*.parquet"):
+        assert not any("bloom" in key for key in _footer_keys(spark, base_file)), base_file.name
+
+
+def _footer_keys(spark: SparkSession, path: Path) -> list[str]:
+    """The key-value metadata's keys of a Parquet file's footer."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(str(path))
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    footer = jvm.org.apache.parquet.hadoop.ParquetFileReader.readFooter(conf, hadoop_path)
+    return list(footer.getFileMetaData().getKeyValueMetaData().keySet())
+
+
 @pytest.mark.stack
 @pytest.mark.parametrize(("unique_rows", "rows"), [(False, 1), (True, 2)])
 def test_hudi_de_duplicates_an_upserts_input_unless_told_its_rows_are_unique(
