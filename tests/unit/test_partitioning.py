@@ -127,6 +127,8 @@ def test_a_non_partitioned_copy_on_write_table() -> None:
     assert sized_options(_target(), 10**6) == {}
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
     assert options["hoodie.clean.max.commits"] == "5"  # HudiTarget's default, as lake.clean_every_commits's
+    assert options["hoodie.parquet.small.file.limit"] == str(100 * 1024 * 1024)  # lake.small_file_limit_mb's
+    assert options["hoodie.parquet.bloom.filter.enabled"] == "false"  # no table has a bloom index
 
 
 @pytest.mark.parametrize(("keys", "generator"), [(("id",), "SimpleKeyGenerator"), (("a", "b"), "ComplexKeyGenerator")])
