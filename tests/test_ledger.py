@@ -18,6 +18,7 @@ from app.sink.ledger import (
     MARKER,
     compact_ledger,
     ledger_folders,
+    open_ledger,
     read_ledger,
     with_ledger_verdict,
     write_ledger,
@@ -65,6 +66,55 @@ def test_a_killed_write_and_a_replayed_one_change_nothing(spark: SparkSession, p
     write_ledger(_judged(spark, [(2, "040", True, False)]), path, ["id"], 2)
     write_ledger(_judged(spark, [(1, "030", True, False)]), path, ["id"], 1)
     assert _ledger(spark, path) == {1: "030", 2: "040"}
+
+
+def _unread(patch: pytest.MonkeyPatch) -> None:
+    """From now on, reading the facts fails: what follows must come from what the process knows."""
+    def refused(*args: object) -> DataFrame:
+        raise AssertionError("the facts were read")
+    patch.setattr(ledger_module, "_facts", refused)
+
+
+def test_the_ledgers_highest_position_is_read_once_then_kept_by_its_writes(
+    spark: SparkSession, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """"Above the ledger": a batch skips the facts only while the highest position the process holds is the
+    ledger's, so each way the ledger changes is followed: its own writes and compactions without a read, another
+    writer's folder by a read."""
+    empty = open_ledger(spark, path, ["id"])
+    assert (empty.folders, empty.highest, empty.could_block("001")) == (frozenset(), None, False)
+    write_ledger(_judged(spark, [(1, "030", True, False), (2, "020", True, False)]), path, ["id"], 1)
+    first = open_ledger(spark, path, ["id"])  # written without `highest`: read from the facts
+    assert first.highest == "030" and len(first.folders) == 1
+    # A delete blocks upserts at or below it: "030" could be blocked, "031" and no upsert at all cannot.
+    assert (first.could_block("030"), first.could_block("031"), first.could_block(None)) == (True, False, False)
+
+    with monkeypatch.context() as patch:
+        _unread(patch)
+        write_ledger(_judged(spark, [(3, "050", True, False)]), path, ["id"], 2, highest="050")
+        assert open_ledger(spark, path, ["id"]).highest == "050"
+        write_ledger(_judged(spark, [(4, "040", True, False)]), path, ["id"], 3, highest="040")  # a lower batch
+        kept = open_ledger(spark, path, ["id"])
+        assert kept.highest == "050" and len(kept.folders) == 3
+
+    # Another writer's folder (a replay's process): unknown to this one, so the facts are read again.
+    ledger_module._write_facts(_judged_facts(spark, [(5, "070")]), f"{path}/b000000000009-0ther0ne")
+    assert open_ledger(spark, path, ["id"]).highest == "070"
+
+    for n in range(COMPACT_AFTER):
+        write_ledger(_judged(spark, [(10 + n, f"{100 + n:03d}", True, False)]), path, ["id"], 10 + n,
+                     highest=f"{100 + n:03d}")
+    merged = compact_ledger(spark, path, 50)
+    with monkeypatch.context() as patch:
+        _unread(patch)
+        compacted = open_ledger(spark, path, ["id"])
+    assert (compacted.folders, compacted.highest) == (frozenset({merged}), "115")
+    assert max(_ledger(spark, path).values()) == "115"  # the merged facts hold it
+
+
+def _judged_facts(spark: SparkSession, rows: list[tuple[int, str]]) -> DataFrame:
+    """Delete facts as another process's write_ledger leaves them."""
+    return ledger_module.ledger_changes(_judged(spark, [(i, p, True, False) for i, p in rows]), ["id"])
 
 
 class Killed(Exception):

@@ -6,10 +6,14 @@
                    those above are written when a lost checkpoint re-reads with other batch boundaries
     truncate       a table whose truncate policy is `clear` (its truncate events are among its events): each key
                    written before the batch's latest truncate gets a delete at its position (app/cdc/derived.py)
-    ledger read    the delete ledger's keys (hard-delete tables), so an older event never revives a deleted row
+    ledger read    the delete ledger's folders and highest fact position (hard-delete tables; app/sink/ledger.py
+                   `open_ledger`), so an older event never revives a deleted row
     count          the latest event per key judged and counted (one aggregate over the persisted events); a row
                    to write that lacks a value (TOAST placeholder, soft delete) is filled from the table first; the
                    steps after it build on the persisted events as one plan node (app/spark.py `over_cache`)
+    ledger join    only when an upsert of the batch may be at or below a ledger fact (a redelivery, a replay): the
+                   events judged and counted again against the ledger's keys (app/sink/ledger.py "Above the
+                   ledger"); a table fed by several sources is judged against them in its count
     unread rows    a table whose `unread_rows` is `delete`, when a full snapshot of it ended in the batch (its last
                    read): the keys it did not read get a delete each (app/cdc/derived.py), and the events are
                    judged again
@@ -54,6 +58,7 @@ from app.batch.plan import TablePlan, quarantined_coordinates
 from app.batch.planner import FRAMING
 from app.cdc.columns import (
     BLOCKED_COL,
+    DELETED_COL,
     ERROR_COL,
     INTERNAL_COLUMNS,
     LATEST_COL,
@@ -77,7 +82,7 @@ from app.routing.route import check_owner
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed
 from app.sink.deadletters import SAMPLE_KEYS, DeadLetters, dead_letter_rows
 from app.sink.hudi import HudiTarget, sized_options, table_exists, write_silver
-from app.sink.ledger import compact_ledger, ledger_key, read_ledger, write_ledger
+from app.sink.ledger import LedgerView, compact_ledger, ledger_key, open_ledger, write_ledger
 from app.sink.lost import LostTables
 from app.sink.metasync import MetaSync
 from app.sink.partitioning import with_partition_field
@@ -274,13 +279,10 @@ class TableWriter:
         spark = events_df.sparkSession
         step.enter("ledger read", plan.stats.steps_s)
         hard = target.delete_mode == "hard"
-        ledger_df = read_ledger(spark, target.ledger_path, target.record_key) if hard else None
-        # Persisted: the counts, the ledger write and the Silver write read one decode of the batch.
-        judged_df = plan.judged_df(ledger_df, self.config.lake.single_partition_rows).persist()
+        ledger = open_ledger(spark, target.ledger_path, target.record_key) if hard else None
+        judged_df, counts, ledger_df = self._judged(plan, target, ledger, step)
         recorded = False
         try:
-            step.enter("count", plan.stats.steps_s)
-            judged_df, counts = self._judge(plan, target, judged_df)
             if counts["snapshot_end"] is not None and plan.route.unread_rows == "delete" and not self.replay:
                 step.enter("unread rows", plan.stats.steps_s)
                 judged_df, counts = self._with_unread_deletes(plan, target, judged_df, ledger_df, counts=counts,
@@ -302,7 +304,8 @@ class TableWriter:
             step.enter("ledger write", plan.stats.steps_s)
             # The ledger first: a failure between the two writes leaves the deletes recorded (app/sink/ledger.py).
             if hard and (counts["deletes"] or counts["reinserts"]):
-                write_ledger(cached_df, target.ledger_path, target.record_key, step.batch_id)
+                write_ledger(cached_df, target.ledger_path, target.record_key, step.batch_id,
+                             highest=counts["max_fact_position"])
                 recorded = True
                 self.hooks.at("ledger_written", batch_id=step.batch_id, table=target.qualified_name)
             step.enter("widen", plan.stats.steps_s)
@@ -317,6 +320,33 @@ class TableWriter:
         if recorded:
             step.enter("ledger compaction", plan.stats.steps_s)
             self._compact_ledger(spark, target, step.batch_id)
+
+    def _judged(
+        self, plan: TablePlan, target: HudiTarget, ledger: LedgerView | None, step: Step
+    ) -> tuple[DataFrame, dict[str, Any], DataFrame | None]:
+        """The count step, and the ledger join when due: the events judged (persisted: the counts, the ledger write
+        and the Silver write read one decode of the batch), their counts, and the ledger's keys they were judged
+        against (None: without). The facts are joined only when an upsert may be at or below one of them
+        (app/sink/ledger.py "Above the ledger"); positions of several sources do not compare, so a table fed by
+        several always joins them."""
+        spark = required(plan.events_df, "the events").sparkSession
+        sources, single = plan.topics_per_source(), self.config.lake.single_partition_rows
+        ledger_df = ledger.current_df(spark) if ledger is not None and len(sources) > 1 else None
+        judged_df = plan.judged_df(ledger_df, single).persist()
+        try:
+            step.enter("count", plan.stats.steps_s)
+            counts = _count(judged_df, sources)
+            if ledger is not None and ledger_df is None and ledger.could_block(counts["lowest_upsert"]):
+                step.enter("ledger join", plan.stats.steps_s)
+                judged_df.unpersist()
+                ledger_df = ledger.current_df(spark)
+                judged_df = plan.judged_df(ledger_df, single).persist()
+                counts = _count(judged_df, sources)
+            judged_df, counts = self._judge(plan, target, judged_df, counts)
+        except BaseException:
+            judged_df.unpersist()
+            raise
+        return judged_df, counts, ledger_df
 
     def _upsert(
         self, target: HudiTarget, rows_df: DataFrame, step: Step, query_id: str, *, rows: int,
@@ -543,11 +573,14 @@ class TableWriter:
         )
         return dataclasses.replace(plan, events_df=events_df.filter(plan.not_applied(committed))), new_offsets
 
-    def _judge(self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame) -> tuple[DataFrame, dict[str, Any]]:
-        """Count the judged events into the plan's stats; fill the values a row to write lacks from the table as it
-        is. Returns the events to write from (persisted) and the counts."""
+    def _judge(
+        self, plan: TablePlan, target: HudiTarget, judged_df: DataFrame, counts: dict[str, Any] | None = None
+    ) -> tuple[DataFrame, dict[str, Any]]:
+        """Count the judged events into the plan's stats (`counts`: _count's of them, when made already); fill the
+        values a row to write lacks from the table as it is. Returns the events to write from (persisted) and the
+        counts."""
         sources = plan.topics_per_source()
-        counts = _count(judged_df, sources)
+        counts = _count(judged_df, sources) if counts is None else counts
         if counts["pending"]:  # rare: a TOAST placeholder or a soft delete among the rows to write
             spark = judged_df.sparkSession
             current_df = spark.read.format("hudi").load(target.path) if table_exists(spark, target.path) else None
@@ -712,6 +745,10 @@ def _count(judged_df: DataFrame, sources: dict[str, list[str]] | None = None) ->
         F.count(F.when(latest & ~blocked & is_pending(), 1)).alias("pending"),
         F.count(F.when(latest & ~blocked & is_unresolved(), 1)).alias("unresolved"),
         F.max(F.when(latest & ~blocked, F.col(POSITION_COL))).alias("max_position"),
+        # The lowest upsert, against the delete ledger's highest fact; the highest fact the batch records.
+        F.min(F.when(latest & ~F.col(DELETED_COL), F.col(POSITION_COL))).alias("lowest_upsert"),
+        F.max(F.when(latest & (F.col(DELETED_COL) | F.col(REINSERT_COL)), F.col(POSITION_COL)))
+        .alias("max_fact_position"),
         # The newest source time applied (app/state/metrics.py: event-time freshness).
         F.max(F.when(good, F.col(SOURCE_TS_COL)) if SOURCE_TS_COL in judged_df.columns else F.lit(None))
         .alias("max_source_ts_ms"),

@@ -9,6 +9,15 @@ keeps a ledger beside it. Before a batch is written, its events are judged again
     an upsert above it (a re-insert)                  -> written, and the key leaves the ledger
     a delete                                          -> written, and recorded (the ledger keeps the highest)
 
+Above the ledger: the facts are joined to a batch's events only when one of its upserts could be at or below one
+of them. The job knows each ledger's highest fact position (`LedgerView`: read once per process, then kept up to
+date by its own writes; any folder it did not write, found by the listing every batch makes, reads it again). A
+batch of a table fed by one source whose lowest latest upsert is above that position can block nothing, so it is
+judged without the facts (a streaming table's batches are, each newer than the last); otherwise it is judged again
+with them (a redelivery, a replay, a rebuild). Judged without them, a re-insert is written but not recorded: its
+key keeps its delete fact, which still blocks only events at or below the delete, older than it, as before; the
+ledger then holds keys that are live again, which no reader takes for deleted (only the writer reads the ledger).
+
 The ledger is a set of facts about the source, plain Parquet: "key K was deleted at position P" and "key K was
 re-inserted at position P", the key as JSON of its columns (`{"id":5}`: the same text for an int and a bigint, so a
 key column widened later still matches its older facts; the schema of the facts never changes). A key is in the ledger,
@@ -45,6 +54,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -70,6 +80,28 @@ FACTS_SCHEMA: Final = (
     f"{LEDGER_KEY_COL} string, {POSITION_COL} string, {SOURCE_TS_COL} bigint, {REINSERT_COL} boolean"
 )
 _migrated: set[str] = set()  # ledgers this process found free of a legacy Hudi table
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """A hard-delete table's ledger as a batch finds it: its complete fact folders and the highest position among
+    their facts (None: no fact yet)."""
+
+    path: str
+    folders: frozenset[str]
+    highest: str | None
+
+    def could_block(self, lowest_upsert: str | None) -> bool:
+        """Whether a batch whose lowest latest upsert is at `lowest_upsert` (None: no upsert) needs the facts joined:
+        some upsert may be at or below one of them (module docstring, "Above the ledger")."""
+        return self.highest is not None and lowest_upsert is not None and lowest_upsert <= self.highest
+
+    def current_df(self, spark: SparkSession) -> DataFrame | None:
+        """The keys the ledger holds, as `read_ledger` gives them; None without a fact."""
+        return _current(_facts(spark, self.path, sorted(self.folders))) if self.folders else None
+
+
+_seen: dict[str, LedgerView] = {}  # each ledger as this process last found or wrote it (by path)
 
 
 def ledger_folders(spark: SparkSession, path: str) -> tuple[list[str], list[str]]:
@@ -98,6 +130,31 @@ def read_ledger(spark: SparkSession, path: str, key_columns: Sequence[str]) -> D
     return _current(_facts(spark, path, complete))
 
 
+def open_ledger(spark: SparkSession, path: str, key_columns: Sequence[str]) -> LedgerView:
+    """The ledger's complete folders (one recursive listing) and its highest fact position: the one this process
+    knows while the folders are those it knows, else read from the facts (one Spark job)."""
+    migrate_legacy(spark, path, key_columns)
+    complete, _ = ledger_folders(spark, path)
+    folders = frozenset(complete)
+    known = _seen.get(path)
+    if known is not None and known.folders == folders:
+        return known
+    row = _facts(spark, path, complete).agg(F.max(POSITION_COL)).first() if complete else None
+    view = _seen[path] = LedgerView(path, folders, None if row is None else row[0])
+    return view
+
+
+def _noted(path: str, folders: frozenset[str], before: frozenset[str] | None, highest: str | None) -> None:
+    """Keep what this process knows of a ledger it just changed: its folders now, and `highest`, the highest fact
+    position after the change (None: unknown, so the next batch reads it); forgotten unless it knew the folders the
+    change started from (`before`)."""
+    known = _seen.get(path)
+    if known is None or highest is None or (before is not None and known.folders != before):
+        _seen.pop(path, None)
+    else:
+        _seen[path] = LedgerView(path, folders, highest)
+
+
 def _facts(spark: SparkSession, path: str, folders: Sequence[str]) -> DataFrame:
     # The schema given: no file is opened to infer it
     return spark.read.schema(FACTS_SCHEMA).parquet(*[f"{path}/{folder}" for folder in folders])
@@ -114,10 +171,17 @@ def _current(facts_df: DataFrame) -> DataFrame:
     )
 
 
-def write_ledger(judged_df: DataFrame, path: str, key_columns: Sequence[str], batch_id: int) -> str:
-    """Record the batch's facts (ledger_changes) in a folder of their own; returns its name."""
+def write_ledger(
+    judged_df: DataFrame, path: str, key_columns: Sequence[str], batch_id: int, *, highest: str | None = None
+) -> str:
+    """Record the batch's facts (ledger_changes) in a folder of their own; returns its name. `highest`: the highest
+    position among them, when the caller knows it (keeps this process's `LedgerView` of the ledger current)."""
     folder = f"b{batch_id:012d}-{uuid.uuid4().hex[:8]}"
+    known = _seen.get(path)
     _write_facts(ledger_changes(judged_df, key_columns), f"{path}/{folder}")
+    if known is not None and highest is not None and known.highest is not None:
+        highest = max(highest, known.highest)
+    _noted(path, (known.folders if known else frozenset()) | {folder}, None, highest)
     return folder
 
 
@@ -138,8 +202,11 @@ def compact_ledger(spark: SparkSession, path: str, batch_id: int) -> str | None:
     merged_df = _current(_facts(spark, path, complete)).select(
         LEDGER_KEY_COL, F.col(LEDGER_POSITION_COL).alias(POSITION_COL), SOURCE_TS_COL, F.lit(False).alias(REINSERT_COL))
     _write_facts(merged_df, f"{path}/{folder}")
+    known = _seen.get(path)
     for old in (*complete, *incomplete):
         delete_path(spark, f"{path}/{old}")
+    # The merged facts are a subset of the folders' (keys re-inserted last dropped): the highest stays a bound.
+    _noted(path, frozenset({folder}), frozenset(complete), known.highest if known else None)
     log.info("delete ledger %s: %d folders merged into %s (%d incomplete ones removed)",
              path, len(complete), folder, len(incomplete))
     return folder
