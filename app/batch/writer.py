@@ -332,9 +332,9 @@ class TableWriter:
         spark = required(plan.events_df, "the events").sparkSession
         sources, single = plan.topics_per_source(), self.config.lake.single_partition_rows
         ledger_df = ledger.current_df(spark) if ledger is not None and len(sources) > 1 else None
+        step.enter("count", plan.stats.steps_s)  # from building the judged events' plan (Spark's analysis) on
         judged_df = plan.judged_df(ledger_df, single).persist()
         try:
-            step.enter("count", plan.stats.steps_s)
             counts = _count(judged_df, sources)
             if ledger is not None and ledger_df is None and ledger.could_block(counts["lowest_upsert"]):
                 step.enter("ledger join", plan.stats.steps_s)

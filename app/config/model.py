@@ -238,7 +238,7 @@ class LakeConfig:
     # A batch's inserts into a table go into its base files smaller than this many MB (Hudi's
     # `hoodie.parquet.small.file.limit`), and a Copy-on-Write commit rewrites each such file whole: a table taking
     # a steady stream of inserts rewrites a file that grows until it passes this size. 0: every batch's inserts go
-    # to new files.
+    # to new files. conf/local.yaml sets 0.25 (the local stack's small tables; docs/performance.md).
     small_file_limit_mb: float = 100.0
     # A batch's tables are written this many at a time, each table's unit on a thread of its own (its Spark jobs
     # in a FAIR scheduler pool of their own), each unit building its table's decode plan first (on the driver's
