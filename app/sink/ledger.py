@@ -51,10 +51,10 @@ Soft-delete tables need no ledger: the deleted row stays, flagged, with its posi
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -82,7 +82,7 @@ FACTS_SCHEMA: Final = (
 _migrated: set[str] = set()  # ledgers this process found free of a legacy Hudi table
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class LedgerView:
     """A hard-delete table's ledger as a batch finds it: its complete fact folders and the highest position among
     their facts (None: no fact yet)."""
@@ -144,17 +144,6 @@ def open_ledger(spark: SparkSession, path: str, key_columns: Sequence[str]) -> L
     return view
 
 
-def _noted(path: str, folders: frozenset[str], before: frozenset[str] | None, highest: str | None) -> None:
-    """Keep what this process knows of a ledger it just changed: its folders now, and `highest`, the highest fact
-    position after the change (None: unknown, so the next batch reads it); forgotten unless it knew the folders the
-    change started from (`before`)."""
-    known = _seen.get(path)
-    if known is None or highest is None or (before is not None and known.folders != before):
-        _seen.pop(path, None)
-    else:
-        _seen[path] = LedgerView(path, folders, highest)
-
-
 def _facts(spark: SparkSession, path: str, folders: Sequence[str]) -> DataFrame:
     # The schema given: no file is opened to infer it
     return spark.read.schema(FACTS_SCHEMA).parquet(*[f"{path}/{folder}" for folder in folders])
@@ -177,11 +166,10 @@ def write_ledger(
     """Record the batch's facts (ledger_changes) in a folder of their own; returns its name. `highest`: the highest
     position among them, when the caller knows it (keeps this process's `LedgerView` of the ledger current)."""
     folder = f"b{batch_id:012d}-{uuid.uuid4().hex[:8]}"
-    known = _seen.get(path)
     _write_facts(ledger_changes(judged_df, key_columns), f"{path}/{folder}")
-    if known is not None and highest is not None and known.highest is not None:
-        highest = max(highest, known.highest)
-    _noted(path, (known.folders if known else frozenset()) | {folder}, None, highest)
+    known = _seen.pop(path, None)  # forgotten (the next batch reads it) unless `highest` keeps it current
+    if known is not None and highest is not None:
+        _seen[path] = LedgerView(path, known.folders | {folder}, max(highest, known.highest or highest))
     return folder
 
 
@@ -202,11 +190,12 @@ def compact_ledger(spark: SparkSession, path: str, batch_id: int) -> str | None:
     merged_df = _current(_facts(spark, path, complete)).select(
         LEDGER_KEY_COL, F.col(LEDGER_POSITION_COL).alias(POSITION_COL), SOURCE_TS_COL, F.lit(False).alias(REINSERT_COL))
     _write_facts(merged_df, f"{path}/{folder}")
-    known = _seen.get(path)
     for old in (*complete, *incomplete):
         delete_path(spark, f"{path}/{old}")
     # The merged facts are a subset of the folders' (keys re-inserted last dropped): the highest stays a bound.
-    _noted(path, frozenset({folder}), frozenset(complete), known.highest if known else None)
+    known = _seen.pop(path, None)
+    if known is not None and known.folders == frozenset(complete):
+        _seen[path] = dataclasses.replace(known, folders=frozenset({folder}))
     log.info("delete ledger %s: %d folders merged into %s (%d incomplete ones removed)",
              path, len(complete), folder, len(incomplete))
     return folder
