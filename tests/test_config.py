@@ -140,6 +140,16 @@ def test_bad_regex_in_topic_pattern() -> None:
     _assert_names_key(_config_error(raw), "kafka.topic_pattern", "not a valid regular expression")
 
 
+def test_the_fetch_wait_is_a_duration_set_in_one_place() -> None:
+    assert parse_config(_minimal()).kafka.fetch_max_wait_ms == 10
+    raw = _minimal()
+    raw["kafka"]["fetch_max_wait_ms"] = -1
+    _assert_names_key(_config_error(raw), "kafka.fetch_max_wait_ms", "must be >= 0")
+    raw = _minimal()
+    raw["kafka"]["options"] = {"fetch.max.wait.ms": "500"}
+    _assert_names_key(_config_error(raw), "kafka.options.fetch.max.wait.ms", "set kafka.fetch_max_wait_ms instead")
+
+
 def test_negative_retries() -> None:
     raw = _minimal()
     raw["registry"]["retries"] = -1

@@ -76,7 +76,7 @@ def test_prod_conf_filled_gives_the_kafka_source_msk_iam_auth(
     reader = RecordingReader()
     read_kafka(reader, config.kafka)  # type: ignore[arg-type]
     kafka_options = {k.removeprefix("kafka."): v for k, v in reader.options.items() if k.startswith("kafka.")}
-    assert kafka_options == {"bootstrap.servers": "filled", **MSK_IAM_OPTIONS}
+    assert kafka_options == {"bootstrap.servers": "filled", "fetch.max.wait.ms": "10", **MSK_IAM_OPTIONS}
 
     # The catalog is Glue through Spark's Hive client; no JDBC metastore; the lake on EMRFS.
     assert config.metastore is None

@@ -270,6 +270,10 @@ def _check_kafka(config: JobConfig) -> None:
         raise ConfigError("kafka.topic_pattern", f"not a valid regular expression: {e}") from e
     if config.kafka.max_offsets_per_trigger is not None and config.kafka.max_offsets_per_trigger < 1:
         raise ConfigError("kafka.max_offsets_per_trigger", "must be >= 1 (leave it out for no limit)")
+    if config.kafka.fetch_max_wait_ms < 0:
+        raise ConfigError("kafka.fetch_max_wait_ms", "must be >= 0")
+    if "fetch.max.wait.ms" in config.kafka.options:
+        raise ConfigError("kafka.options.fetch.max.wait.ms", "set kafka.fetch_max_wait_ms instead")
     if not _INTERVAL.fullmatch(config.trigger.processing_time):
         raise ConfigError(
             "trigger.processing_time",

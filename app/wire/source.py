@@ -49,7 +49,8 @@ def read_kafka(spark: SparkSession, kafka: KafkaConfig, starting_offsets: str | 
     """Subscribe to the topics whose whole name matches the pattern; rows keep key, value and header bytes as read.
 
     `starting_offsets` (Spark's JSON, app/state/resume.py) overrides `kafka.starting_offsets` for a start without a
-    checkpoint over existing tables; a checkpoint always wins over both.
+    checkpoint over existing tables; a checkpoint always wins over both. `kafka.fetch_max_wait_ms` bounds how long
+    the broker holds an executor's fetch waiting for records (docs/performance.md).
     """
     reader = (
         spark.readStream.format("kafka")
@@ -58,6 +59,7 @@ def read_kafka(spark: SparkSession, kafka: KafkaConfig, starting_offsets: str | 
         .option("startingOffsets", starting_offsets or kafka.starting_offsets)
         .option("includeHeaders", "true")
         .option("failOnDataLoss", str(kafka.fail_on_data_loss).lower())
+        .option("kafka.fetch.max.wait.ms", str(kafka.fetch_max_wait_ms))
     )
     if kafka.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(kafka.max_offsets_per_trigger))
