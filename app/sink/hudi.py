@@ -77,8 +77,6 @@ def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str,
         # table has one (layout_options). By default a filter sized for 60,000 keys (some 330 KB, whatever the rows)
         # is built and written with every base file, and parsed with its footer at every read.
         "hoodie.parquet.bloom.filter.enabled": "false",
-        # No embedded timeline server: the write client's markers and file-system views go to the lake directly.
-        "hoodie.embed.timeline.server": "false",
         **table_service_options(target),
         # After each commit Hudi's HiveSyncTool brings the catalog up to date (a column added upstream, a new
         # table). hms mode without metastore URIs opens the metastore the session's Hive client names
