@@ -17,7 +17,7 @@ import requests
 log = logging.getLogger(__name__)
 
 # How long a connector sleeps when it finds no new change (Debezium's `poll.interval.ms`, 500 by default). At a
-# steady trickle of changes a change reached Kafka about 0.4-0.5 s after its commit (p95 0.8 s) with 500, 0.05 s
+# steady trickle of changes a change reached Kafka 0.4-0.6 s after its commit (p95 0.8-0.9 s) with 500, 0.05 s
 # (p95 0.09 s) with 50; an idle connector then wakes 20 times a second (docs/sources.md "Connector settings").
 POLL_INTERVAL_MS = 50
 
