@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from py4j.java_gateway import JavaClass, java_import
+from py4j.java_gateway import JavaClass
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import InheritableThread, SparkContext
 from pyspark.sql import DataFrame, SparkSession
@@ -293,10 +293,9 @@ def build_session(
     hadoop_conf = session.sparkContext._jsc.hadoopConfiguration()
     for key, value in metastore_store_keys(conf).items():
         hadoop_conf.set(key, value)
-    # Every pyspark column function looks up `functions` in the JVM by its short name, trying each package the
-    # gateway imports (a search of every jar each) before org.apache.spark.sql: imported by name, it is found
-    # after one search (2.0 ms against 1.0 ms a call here, and a batch builds thousands of columns).
-    java_import(required(session.sparkContext._jvm, "the Spark JVM gateway"), "org.apache.spark.sql.functions")
+    gateway_view = required(session.sparkContext._jvm, "the Spark JVM gateway")
+    for short_name, name in GATEWAY_CLASSES:
+        setattr(gateway_view, short_name, jvm_class(session, name))
     # The AWS SDK makes a SAX parser for every S3 listing response; unnamed, finding one searches every jar on the
     # class path for a service entry each time. Named here, in the driver (where Hudi lists), unless set already;
     # likewise `JOL_NO_AGENT`, read at JOL's first use: in local mode the driver runs the merges too, while a
@@ -323,6 +322,17 @@ def metastore_store_keys(conf: dict[str, str]) -> dict[str, str]:
         key: value for key, value in conf.items()
         if key.startswith("spark.hadoop.") and ("jdo" in key or "datanucleus" in key)
     }
+
+
+# Classes pyspark looks up by short name on its gateway's view (`sc._jvm.functions`) for every column function and
+# every list of columns: set on the view as Python attributes, they are found without a call to the JVM. Unset,
+# each look-up is a call, and the JVM tries the short name as a class of its own first, then each package the
+# gateway imports: every failed try is a search of every jar on the class path (266 here). One topic's decode plan
+# made 266 look-ups of `functions` and 40 of `PythonUtils` (docs/performance.md "What the job does to be fast").
+GATEWAY_CLASSES = (
+    ("functions", "org.apache.spark.sql.functions"),
+    ("PythonUtils", "org.apache.spark.api.python.PythonUtils"),
+)
 
 
 def jvm_class(spark: SparkSession, name: str) -> Any:
