@@ -191,7 +191,7 @@ def run(
     processor = BatchProcessor(config, RegistryClient.from_config(config.registry), hooks)
     processor.metrics = metrics = JobMetrics(spark, config)
     listener = MetricsListener(metrics)
-    spark.streams.addListener(listener)
+    listener.add_to(spark)
     recovery = Recovery(config.recovery)
     watch = QueryWatch(processor)
     heartbeat = Heartbeat(config.recovery.heartbeat_s, lambda: watch.beat(spark))
@@ -221,7 +221,7 @@ def run(
         heartbeat.stop()
         # A later run in this process (tests, tools) has its own; the JVM never calls into a Python that left.
         try:
-            spark.streams.removeListener(listener)
+            listener.remove_from(spark)
         except Py4JError as e:  # the JVM gone with the failure being raised: that failure is the news
             log.debug("metrics listener not removed: %s", e)
 

@@ -33,13 +33,14 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from py4j.protocol import Py4JError
+from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
 
 from app.config import JobConfig
+from app.errors import required
 from app.spark import jvm_class
 from app.state.stats import TableBatchStats
 
@@ -107,7 +108,7 @@ class JobMetrics:
     def record_outage(self) -> None:
         self.set("job.outage", 1)
 
-    def record_progress(self, batch_id: int, sources: Iterable[tuple[str, str]]) -> None:
+    def record_progress(self, batch_id: int, sources: Iterable[tuple[str | None, str | None]]) -> None:
         """The query's progress after a batch: each Kafka source's offsets as JSON (the batch's end, the latest
         Kafka has), for the lag; then the batch's structured line, when it held data."""
         lag: dict[str, int] = {}
@@ -154,25 +155,56 @@ def kafka_lag(end_json: str | None, latest_json: str | None) -> dict[str, dict[s
     return lag
 
 
-class MetricsListener(StreamingQueryListener):
-    """Hands each progress of the job's query to JobMetrics (its Kafka sources' offsets)."""
+class MetricsListener:
+    """Hands each progress of the job's query to JobMetrics (its Kafka sources' offsets and its batch id).
+
+    A py4j callback of Spark's own `PythonStreamingQueryListener` interface (`add_to`), which reads each progress as
+    its JSON, one call. pyspark's `StreamingQueryListener` builds its event objects field by field instead: a few
+    hundred calls into the JVM per progress, and each of its five maps ends its iteration with a Java exception that
+    pyspark converts (a dozen more calls and class look-ups each); 3% of the driver JVM's CPU in a B3 stream,
+    on the listener's thread (docs/performance.md)."""
 
     def __init__(self, metrics: JobMetrics) -> None:
         self.metrics = metrics
+        self.jlistener: Any = None  # the JVM's wrapper of this listener, while added
 
-    def onQueryStarted(self, event: Any) -> None:
+    def add_to(self, spark: SparkSession) -> None:
+        """Listen to the session's streaming queries."""
+        gateway = required(spark.sparkContext._gateway, "the Spark JVM gateway")
+        ensure_callback_server_started(gateway)  # the JVM calls this object back through it
+        self.jlistener = jvm_class(spark, "org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper")(self)
+        spark._jsparkSession.streams().addListener(self.jlistener)
+
+    def remove_from(self, spark: SparkSession) -> None:
+        if self.jlistener is not None:
+            spark._jsparkSession.streams().removeListener(self.jlistener)
+            self.jlistener = None
+
+    def onQueryStarted(self, jevent: Any) -> None:
         pass
 
-    def onQueryProgress(self, event: Any) -> None:
+    def onQueryProgress(self, jevent: Any) -> None:
         try:
-            progress = event.progress
-            sources = [(s.endOffset, s.latestOffset) for s in progress.sources if "Kafka" in s.description]
-            self.metrics.record_progress(int(progress.batchId), sources)
+            progress = json.loads(jevent.progress().json())
+            sources = [(_offsets(s.get("endOffset")), _offsets(s.get("latestOffset")))
+                       for s in progress.get("sources", []) if "Kafka" in s.get("description", "")]
+            self.metrics.record_progress(int(progress["batchId"]), sources)
         except Exception as e:  # never let the metrics stop the query
             log.warning("metrics of a progress event not recorded: %s: %s", type(e).__name__, e)
 
-    def onQueryIdle(self, event: Any) -> None:
+    def onQueryIdle(self, jevent: Any) -> None:
         pass
 
-    def onQueryTerminated(self, event: Any) -> None:
+    def onQueryTerminated(self, jevent: Any) -> None:
         pass
+
+    class Java:
+        implements: ClassVar[list[str]] = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def _offsets(value: Any) -> str | None:
+    """A source's offsets as `kafka_lag` takes them: the JSON text Spark's progress holds them as (its `json()`
+    nests them parsed)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)

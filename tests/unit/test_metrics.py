@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config import JobConfig, SourceConfig
-from app.state.metrics import JobMetrics, kafka_lag
+from app.state.metrics import JobMetrics, MetricsListener, kafka_lag
 from app.state.stats import TableBatchStats
 
 
@@ -19,6 +19,43 @@ def test_kafka_lag_per_partition() -> None:
     latest = '{"p.s.a": {"0": 12, "1": 5}, "p.s.b": {"0": 3}}'
     assert kafka_lag(end, latest) == {"p.s.a": {"0": 2, "1": 0}, "p.s.b": {"0": 3}}
     assert kafka_lag(None, None) == {} and kafka_lag("not json", latest) == {}
+
+
+class _Progress:
+    """What the JVM hands the listener: a query progress event, of which it reads the progress's JSON."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def progress(self) -> _Progress:
+        return self
+
+    def json(self) -> str:
+        return self.text
+
+
+def test_the_listener_hands_on_each_progress_json(spark: SparkSession, local_config: JobConfig) -> None:
+    """Spark's progress JSON (`StreamingQueryProgress.json()`) nests each source's offsets parsed; the Kafka sources'
+    reach the lag as the JSON text `kafka_lag` reads, the others are left out."""
+    config = JobConfig(kafka=local_config.kafka, registry=local_config.registry, lake=local_config.lake,
+                       sources=[SourceConfig(topic_prefix="q", name="listened")])  # gauges of their own
+    metrics = JobMetrics(spark, config)
+    progress = {
+        "id": "5b3c", "runId": "9e1f", "name": "cdc", "timestamp": "2026-12-05T12:00:00.000Z", "batchId": 7,
+        "numInputRows": 12, "durationMs": {"triggerExecution": 3100}, "stateOperators": [],
+        "sources": [
+            {"description": "KafkaV2[SubscribePattern[q\\..*]]", "startOffset": {"q.s.a": {"0": 2}},
+             "endOffset": {"q.s.a": {"0": 14, "1": 3}}, "latestOffset": {"q.s.a": {"0": 20, "1": 3}},
+             "numInputRows": 12},
+            {"description": "FileStreamSource[s3a://lake/x]", "startOffset": None, "endOffset": {"logOffset": 0},
+             "latestOffset": None, "numInputRows": 0},
+        ],
+        "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
+    }
+    MetricsListener(metrics).onQueryProgress(_Progress(json.dumps(progress)))
+    assert metrics.kafka_lag == {"listened": 6}
+    MetricsListener(metrics).onQueryProgress(_Progress("not json"))  # logged, never raised into the query
+    assert metrics.kafka_lag == {"listened": 6}
 
 
 def test_gauges_and_the_structured_line(
