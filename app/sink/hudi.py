@@ -17,6 +17,7 @@ from app.spark import jvm_class
 log = logging.getLogger(__name__)
 
 COMMIT_META_PREFIX = "_cdc."  # hoodie.datasource.write.commitmeta.key.prefix: copied into commit metadata
+HISTORY_MERGE_FILES = 2  # hoodie.timeline.compaction.batch.size (table_service_options)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,12 @@ def table_service_options(target: HudiTarget) -> dict[str, str]:
         "hoodie.archive.automatic": "true",
         "hoodie.keep.min.commits": str(retain + 10),
         "hoodie.keep.max.commits": str(retain + 20),
+        # Each archival adds a file to the timeline's history (Hudi's LSM timeline), and Hudi 1.0.2 reads every
+        # history file of the last three days whenever it builds a file-system view: three times a commit, each file
+        # a Parquet read that first parses Hadoop's default XML files. Hudi merges a layer's files once it holds
+        # this many (10 by default, up to 9 a layer); at 2 a layer holds at most one, so a long-running stream reads
+        # about log2(archivals) files, not a number that climbs back to nine after every merge (docs/performance.md).
+        "hoodie.timeline.compaction.batch.size": str(HISTORY_MERGE_FILES),
     }
     if target.table_type == "MERGE_ON_READ":
         options.update({
@@ -173,13 +180,20 @@ def meta_sync_options(target: HudiTarget) -> dict[str, str]:
 RECONCILE_ROWS_PER_TASK = 25_000
 
 
-def sized_options(target: HudiTarget, rows: int) -> dict[str, str]:
-    """Parallelism sized to the batch. A partitioned table's record-level index reconciles the batch's keys with
-    their current locations in `hoodie.global.index.reconcile.parallelism` tasks, 60 by default whatever the
-    batch: one task per 25,000 rows written (2 to 60) costs a small commit about a quarter less CPU
-    (docs/performance.md)."""
+def sized_options(target: HudiTarget, rows: int, index_tasks: int = 0) -> dict[str, str]:
+    """Parallelism sized to the batch and the session.
+
+    A partitioned table's record-level index reconciles the batch's keys with their current locations in
+    `hoodie.global.index.reconcile.parallelism` tasks, 60 by default whatever the batch: one task per 25,000 rows
+    written (2 to 60) costs a small commit about a quarter less CPU (docs/performance.md).
+
+    A non-partitioned table's simple index reads the keys of every base file, one task per file by default, and
+    joins them with the batch's keys in as many tasks, each sizing its share of the table's keys as it goes. At
+    most `index_tasks` (lake.simple_index_tasks, the session's cores by default; 0: Hudi's default): a table of
+    many small files otherwise starts a task per file, twice, at every commit (docs/performance.md).
+    """
     if target.partition is None:
-        return {}
+        return {"hoodie.simple.index.parallelism": str(index_tasks)} if index_tasks > 0 else {}
     tasks = min(60, max(2, -(-rows // RECONCILE_ROWS_PER_TASK)))
     return {"hoodie.global.index.reconcile.parallelism": str(tasks)}
 

@@ -124,9 +124,11 @@ def test_a_non_partitioned_copy_on_write_table() -> None:
     assert options["hoodie.metadata.enable"] == "false"  # lake.metadata_table: partitioned (the default)
     assert write_options(_target(metadata_table=True), 7, "q")["hoodie.metadata.enable"] == "true"
     assert "hoodie.compact.inline" not in options
-    assert sized_options(_target(), 10**6) == {}
+    assert sized_options(_target(), 10**6) == {}  # lake.simple_index_tasks: 0, Hudi's task per base file
+    assert sized_options(_target(), 10**6, 2) == {"hoodie.simple.index.parallelism": "2"}
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
     assert options["hoodie.clean.max.commits"] == "5"  # HudiTarget's default, as lake.clean_every_commits's
+    assert options["hoodie.timeline.compaction.batch.size"] == "2"  # the history merged two files at a time
     assert options["hoodie.parquet.small.file.limit"] == str(100 * 1024 * 1024)  # lake.small_file_limit_mb's
     assert options["hoodie.parquet.bloom.filter.enabled"] == "false"  # no table has a bloom index
 
