@@ -174,6 +174,16 @@ def test_the_small_file_limit_is_a_size() -> None:
     assert parse_config(raw).lake.small_file_bytes == 262144
 
 
+def test_the_simple_index_tasks_default_to_the_sessions_cores() -> None:
+    raw = _minimal()
+    assert parse_config(raw).lake.simple_index_tasks is None  # the writer asks the session for its cores
+    raw["lake"]["simple_index_tasks"] = -1
+
+    _assert_names_key(_config_error(raw), "lake.simple_index_tasks", "must be >= 0")
+    raw["lake"]["simple_index_tasks"] = 0
+    assert parse_config(raw).lake.simple_index_tasks == 0
+
+
 def test_invalid_database_name() -> None:
     raw = _minimal()
     raw["lake"]["database"] = "silver-db"

@@ -355,7 +355,11 @@ class TableWriter:
         """The Hudi write of the table's rows (one per key: the latest event of each, `_written`), the batch's offsets
         in its commit's `metadata`; meta sync when due."""
         sync = self.meta_sync.write_options(target, rows_df)
-        options = {**sized_options(target, rows), **self.hooks.write_options(target.path), **metadata, **sync}
+        index_tasks = self.config.lake.simple_index_tasks
+        if index_tasks is None:
+            index_tasks = rows_df.sparkSession.sparkContext.defaultParallelism
+        options = {**sized_options(target, rows, index_tasks), **self.hooks.write_options(target.path), **metadata,
+                   **sync}
         write_silver(rows_df, target, step.batch_id, query_id, options, unique_rows=True)
         self.meta_sync.written(target, rows_df, options)
 

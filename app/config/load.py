@@ -186,12 +186,14 @@ _LAKE_MINIMUMS = (
     ("table_writers", 1, " (1: one table after another)"),
     ("single_partition_rows", 0, " (0: never)"),
     ("write_retries", 0, " (0: a transient write error fails the batch at once)"),
+    ("simple_index_tasks", 0, " (0: Hudi's default, a task per base file; unset: the session's cores)"),
 )
 
 
 def _check_lake_counts(config: JobConfig) -> None:
     for name, least, meaning in _LAKE_MINIMUMS:
-        if getattr(config.lake, name) < least:
+        value = getattr(config.lake, name)
+        if value is not None and value < least:
             raise ConfigError(f"lake.{name}", f"must be >= {least}{meaning}")
 
 

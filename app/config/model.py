@@ -243,6 +243,11 @@ class LakeConfig:
     # a steady stream of inserts rewrites a file that grows until it passes this size. 0: every batch's inserts go
     # to new files. conf/local.yaml sets 0.25 (the local stack's small tables; docs/performance.md).
     small_file_limit_mb: float = 100.0
+    # A table without a partition column finds its rows' files with Hudi's simple index: it reads every base file's
+    # keys and joins them with the batch's, in one task per base file by default (Hudi's), which a table whose files
+    # multiply (small_file_limit_mb) pays at every commit. At most this many tasks; unset: the session's cores
+    # (Spark's default parallelism); 0: Hudi's default (docs/performance.md).
+    simple_index_tasks: int | None = None
     # A batch's tables are written this many at a time, each table's unit on a thread of its own (its Spark jobs
     # in a FAIR scheduler pool of their own), each unit building its table's decode plan first (on the driver's
     # cores, beside the Bronze write, which a unit waits for before its first write); 1 plans and writes them one
