@@ -19,15 +19,12 @@ import uuid
 import pytest
 from pyspark.sql import SparkSession
 
-from app.sink.hudi import HudiTarget, write_silver
+from app.sink.hudi import SYNC_OFF, HudiTarget, write_silver
 from app.sink.lakefs import list_files, read_text
 
 pytestmark = pytest.mark.stack
 
-NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 SCHEMA = "id int, v int, _cdc_position string, _hoodie_is_deleted boolean"
-
-
 MOST_COMMITS = 45  # the history's second archival comes with the 33rd
 
 
@@ -46,7 +43,7 @@ def test_a_long_running_tables_history_is_merged_two_files_at_a_time(spark: Spar
     seen: list[list[str]] = []
     for n in range(1, MOST_COMMITS + 1):
         rows = [(0, n, f"{n:04d}", False), (n, n, f"{n:04d}", False)]  # row 0 updated, row n inserted
-        write_silver(spark.createDataFrame(rows, SCHEMA), target, n, "q", NO_SYNC)
+        write_silver(spark.createDataFrame(rows, SCHEMA), target, n, "q", SYNC_OFF)
         listed = _manifest(spark, path)
         if listed and listed not in seen:
             seen.append(listed)

@@ -198,6 +198,12 @@ def sized_options(target: HudiTarget, rows: int, index_tasks: int = 0) -> dict[s
     return {"hoodie.global.index.reconcile.parallelism": str(tasks)}
 
 
+def index_tasks(configured: int | None, spark: SparkSession) -> int:
+    """`sized_options`'s `index_tasks` from lake.simple_index_tasks: unset, the session's cores (Spark's default
+    parallelism)."""
+    return spark.sparkContext.defaultParallelism if configured is None else configured
+
+
 # For an upsert whose input holds one row per record key: no de-duplication by Hudi first (it merges each row with
 # the table's by `precombine.field` all the same). About a tenth of a small commit's time (docs/performance.md).
 UNIQUE_ROWS = {"hoodie.combine.before.upsert": "false"}

@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from app.config import PartitionSpec, load_config  # noqa: E402
-from app.sink.hudi import HudiTarget, sized_options, write_silver  # noqa: E402
+from app.sink.hudi import HudiTarget, index_tasks, sized_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
 from app.spark import build_session, jvm_pid  # noqa: E402
 from scripts.bench.run import cpu_s  # noqa: E402
@@ -145,9 +145,8 @@ def main() -> int:
     for name, extra in options.items():
         print(f"  {name}: {json.dumps(extra) if extra else 'the job options as shipped (app/sink/hudi.py)'}")
     try:
-        index_tasks = config.lake.simple_index_tasks
-        results = run_commits(spark, args, targets, options, run, index_tasks=(
-            spark.sparkContext.defaultParallelism if index_tasks is None else index_tasks))
+        results = run_commits(spark, args, targets, options, run,
+                              tasks=index_tasks(config.lake.simple_index_tasks, spark))
     finally:
         for target in targets.values():
             delete_path(spark, target.path)
@@ -161,11 +160,12 @@ def main() -> int:
 
 def run_commits(
     spark: SparkSession, args: argparse.Namespace, targets: dict[str, HudiTarget], options: dict[str, dict[str, str]],
-    run: str, *, index_tasks: int,
+    run: str, *, tasks: int,
 ) -> dict[str, list[tuple[float, float]]]:
     """Each commit's rows once, then written into every table, the tables' order turning round each commit:
     (wall s, JVM CPU-s) per table and commit. Each write gets the options the job sizes to its batch
-    (app/sink/hudi.py `sized_options`, `index_tasks` the job's lake.simple_index_tasks), then the variant's."""
+    (app/sink/hudi.py `sized_options`, `tasks` the simple index's, from lake.simple_index_tasks), then the
+    variant's."""
     pid = jvm_pid(spark)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
     names = list(targets)
@@ -175,7 +175,7 @@ def run_commits(
         shift = commit % len(names)
         for name in names[shift:] + names[:shift]:
             wall, cpu = time.monotonic(), cpu_s(pid)
-            extra = {**sized_options(targets[name], rows, index_tasks), **options[name]}
+            extra = {**sized_options(targets[name], rows, tasks), **options[name]}
             write_silver(df, targets[name], commit, run, extra, unique_rows=True)
             results[name].append((time.monotonic() - wall, cpu_s(pid) - cpu))
             print(f"commit {commit:2d} {name:16s} {results[name][-1][0]:6.2f} s {results[name][-1][1]:6.2f} CPU-s",
