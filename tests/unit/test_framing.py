@@ -98,6 +98,9 @@ def test_headers_mode_reads_the_id_header_and_keeps_the_raw_body(spark: SparkSes
         (None, BODY, [_id_header("key", "globalId", 3)], 3),
         (None, BODY, [("apicurio.value.globalId", b"\x00\x01")], 4),
         (None, None, [_id_header("key", "globalId", 3)], 5),  # tombstone
+        # The last of a repeated header, other headers after it; no headers at all.
+        (None, BODY, [_id_header("value", "globalId", 1), _id_header("value", "globalId", 98), encoding], 6),
+        (None, BODY, [], 7),
     ]
 
     actual_df = _split(spark, rows, Framing("headers", "contentId"))
@@ -110,6 +113,8 @@ def test_headers_mode_reads_the_id_header_and_keeps_the_raw_body(spark: SparkSes
         (3, None, None, None, no_header),
         (4, None, None, None, no_header),
         (5, None, None, None, None),
+        (6, "globalId", 98, BODY, None),
+        (7, None, None, None, no_header),
     ])
     assert_df_equality(actual_df, expected_df)
 
