@@ -129,12 +129,23 @@ def test_two_collectors_are_a_config_error() -> None:
     assert error.value.key == "spark.available_now_java_options"
     assert "Serial" in str(error.value) and "G1" in str(error.value)
     raw["spark"]["conf"]["spark.driver.extraJavaOptions"] = "-XX:+UseSerialGC -Dx=1"  # the same one: fine
+    raw["spark"]["stream_java_options"] = "-XX:Tier4InvocationThreshold=50000"
     assert parse_config(raw).spark.available_now_java_options == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     raw["spark"]["stream_java_options"] = "-XX:+UseParallelGC"  # a stream's options likewise
     with pytest.raises(ConfigError) as error:
         parse_config(raw)
     assert error.value.key == "spark.stream_java_options"
     assert "Parallel" in str(error.value) and "Serial" in str(error.value)
+
+
+def test_conf_local_gives_a_stream_the_parallel_collector() -> None:
+    """conf/local.yaml's stream gets the parallel collector (docs/performance.md), which its driver's own options
+    must then not contradict; an --available-now run keeps the serial one."""
+    spark = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
+    stream = driver_java_options(spark, stream=True)
+    assert "-XX:+UseParallelGC" in stream and "UseG1GC" not in stream, stream
+    available_now = driver_java_options(spark, with_available_now_options=True)
+    assert "-XX:+UseSerialGC" in available_now and "Parallel" not in available_now, available_now
 
 
 def test_a_limit_of_records_needs_the_options_it_limits() -> None:
