@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -181,10 +182,29 @@ def driver_java_options(
     if spark.class_archive and Path(spark.class_archive).is_file():
         options.append(class_archive_options(spark.class_archive))
     if with_available_now_options and spark.available_now_java_options:
-        options.append(spark.available_now_java_options)
+        options.append(_without_other_collector(spark.available_now_java_options, "spark.available_now_java_options"))
     if stream and spark.stream_java_options:
-        options.append(spark.stream_java_options)
+        options.append(_without_other_collector(spark.stream_java_options, "spark.stream_java_options"))
     return " ".join(o for o in options if o)
+
+
+# The environment's JVM options, which every JVM started from this process also reads (the launcher's among them).
+ENVIRONMENT_JAVA_OPTIONS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+COLLECTOR_FLAG = re.compile(r"-XX:\+Use(Serial|Parallel|G1|Z|Shenandoah|Epsilon)GC(?=\s|$)")
+
+
+def _without_other_collector(options: str, key: str) -> str:
+    """`options` less its collector when the environment's JVM options name another: a JVM given two collectors does
+    not start ("Multiple garbage collectors selected"), and the environment's is the more deliberate choice (the
+    test suite's serial collector, say). Said in a WARNING; the session-up line names the collector the JVM got."""
+    ours = set(COLLECTOR_FLAG.findall(options))
+    theirs = {(name, c) for name in ENVIRONMENT_JAVA_OPTIONS for c in COLLECTOR_FLAG.findall(os.environ.get(name, ""))}
+    if not ours or not theirs or {c for _, c in theirs} == ours:
+        return options
+    log.warning("%s names the %s collector, the environment's %s the %s one: the JVM gets the environment's", key,
+                ", ".join(sorted(ours)), ", ".join(sorted({n for n, _ in theirs})),
+                ", ".join(sorted({c for _, c in theirs})))
+    return COLLECTOR_FLAG.sub("", options).strip()
 
 
 def jvm_started() -> bool:

@@ -312,7 +312,8 @@ class SparkConfig:
     # Driver JVM options added for an `--available-now` run only, a process that ends once its backlog is written,
     # where the JIT's warm-up is much of the run (the C1 compiler only and the serial collector: the demo's runs
     # faster, a large backlog slower, docs/performance.md). A stream does not get them: C2 pays back. Their collector
-    # must be the one `spark.driver.extraJavaOptions` names, if any (a JVM given two refuses to start). Under
+    # must be the one `spark.driver.extraJavaOptions` names, if any (a JVM given two refuses to start); one that
+    # JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS or _JAVA_OPTIONS names replaces theirs (a WARNING says so). Under
     # spark-submit the driver starts first: scripts/submit.sh passes them (an EMR step: --driver-java-options).
     # Unset: none.
     available_now_java_options: str | None = None
@@ -325,8 +326,9 @@ class SparkConfig:
     # whose cores the job shares, C2's compile thresholds raised keep the JIT from compiling, in a stream's first
     # minutes, the many methods a batch calls only a few thousand times, and the parallel collector gives shorter
     # batches than G1 (conf/local.yaml; docs/performance.md). Their collector must be the one
-    # `spark.driver.extraJavaOptions` names, if any. Under spark-submit the driver starts first:
-    # scripts/submit.sh passes them (an EMR step, the image: --driver-java-options). Unset: none.
+    # `spark.driver.extraJavaOptions` names, if any; one that the environment's JVM options name replaces theirs, as
+    # above. Under spark-submit the driver starts first: scripts/submit.sh passes them (an EMR step, the image:
+    # --driver-java-options). Unset: none.
     stream_java_options: str | None = None
     # Extra Spark settings, passed as they are.
     conf: dict[str, str] = field(default_factory=dict)

@@ -26,6 +26,7 @@ from app.config import JobConfig, KafkaConfig, SparkConfig, parse_config
 from app.errors import ConfigError, required
 from app.job import use_available_now_options
 from app.spark import (
+    ENVIRONMENT_JAVA_OPTIONS,
     class_archive_options,
     describe_jvm,
     driver_java_options,
@@ -138,14 +139,38 @@ def test_two_collectors_are_a_config_error() -> None:
     assert "Parallel" in str(error.value) and "Serial" in str(error.value)
 
 
-def test_conf_local_gives_a_stream_the_parallel_collector() -> None:
+def test_conf_local_gives_a_stream_the_parallel_collector(monkeypatch: pytest.MonkeyPatch) -> None:
     """conf/local.yaml's stream gets the parallel collector (docs/performance.md), which its driver's own options
     must then not contradict; an --available-now run keeps the serial one."""
+    for name in ENVIRONMENT_JAVA_OPTIONS:
+        monkeypatch.delenv(name, raising=False)
     spark = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
     stream = driver_java_options(spark, stream=True)
     assert "-XX:+UseParallelGC" in stream and "UseG1GC" not in stream, stream
     available_now = driver_java_options(spark, with_available_now_options=True)
     assert "-XX:+UseSerialGC" in available_now and "Parallel" not in available_now, available_now
+
+
+def test_the_environments_collector_wins_over_the_configs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The JVM reads JAVA_TOOL_OPTIONS (and JDK_JAVA_OPTIONS, _JAVA_OPTIONS) too, and refuses to start with two
+    collectors: the config's is left out, with a WARNING naming both. The same collector, or none, changes nothing."""
+    for name in ENVIRONMENT_JAVA_OPTIONS:
+        monkeypatch.delenv(name, raising=False)
+    spark = SparkConfig(stream_java_options="-XX:Tier4InvocationThreshold=50000 -XX:+UseParallelGC",
+                        available_now_java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xss4m -XX:+UseSerialGC")
+    with caplog.at_level(logging.WARNING, logger="app.spark"):
+        assert driver_java_options(spark, stream=True) == "-XX:Tier4InvocationThreshold=50000"
+    assert "spark.stream_java_options names the Parallel collector, the environment's JAVA_TOOL_OPTIONS the Serial " \
+        "one" in caplog.text, caplog.text
+    assert driver_java_options(spark, with_available_now_options=True) == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xss4m")
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-XX:+UseG1GC")
+    assert driver_java_options(spark, with_available_now_options=True) == "-XX:TieredStopAtLevel=1"
+    monkeypatch.delenv("JDK_JAVA_OPTIONS")
+    assert driver_java_options(spark, stream=True) == "-XX:Tier4InvocationThreshold=50000 -XX:+UseParallelGC"
 
 
 def test_a_limit_of_records_needs_the_options_it_limits() -> None:
@@ -292,7 +317,8 @@ def test_submit_gives_a_stream_its_options_and_an_available_now_run_its_own(tmp_
     spark_class.parent.mkdir()
     spark_class.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     spark_class.chmod(0o755)
-    env = {**os.environ, "SPARK_HOME": str(tmp_path), "METASTORE_PASSWORD": "x"}
+    # No collector from the environment (the suite's JVMs get the serial one), which would replace the config's.
+    env = {**os.environ, "SPARK_HOME": str(tmp_path), "METASTORE_PASSWORD": "x", "JAVA_TOOL_OPTIONS": ""}
 
     def submitted(*args: str) -> list[str]:
         done = subprocess.run(["bash", str(ROOT / "scripts" / "submit.sh"), "--conf", str(LOCAL_CONF), *args],
