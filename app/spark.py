@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import InheritableThread, SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
-from app.config import MetastoreConfig, SparkConfig
+from app.config import COLLECTOR_FLAG, MetastoreConfig, SparkConfig, collectors_named
 from app.errors import required
 
 log = logging.getLogger(__name__)
@@ -190,15 +189,14 @@ def driver_java_options(
 
 # The environment's JVM options, which every JVM started from this process also reads (the launcher's among them).
 ENVIRONMENT_JAVA_OPTIONS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
-COLLECTOR_FLAG = re.compile(r"-XX:\+Use(Serial|Parallel|G1|Z|Shenandoah|Epsilon)GC(?=\s|$)")
 
 
 def _without_other_collector(options: str, key: str) -> str:
     """`options` less its collector when the environment's JVM options name another: a JVM given two collectors does
     not start ("Multiple garbage collectors selected"), and the environment's is the more deliberate choice (the
     test suite's serial collector, say). Said in a WARNING; the session-up line names the collector the JVM got."""
-    ours = set(COLLECTOR_FLAG.findall(options))
-    theirs = {(name, c) for name in ENVIRONMENT_JAVA_OPTIONS for c in COLLECTOR_FLAG.findall(os.environ.get(name, ""))}
+    ours = collectors_named(options)
+    theirs = {(name, c) for name in ENVIRONMENT_JAVA_OPTIONS for c in collectors_named(os.environ.get(name, ""))}
     if not ours or not theirs or {c for _, c in theirs} == ours:
         return options
     log.warning("%s names the %s collector, the environment's %s the %s one: the JVM gets the environment's", key,

@@ -3,7 +3,7 @@
 `model` holds the sections (frozen dataclasses), `load` reads a file (local or on S3) and builds and checks them,
 `partitions` parses a table's `partition_by`. Imports nothing of the job but app/errors.py.
 """
-from app.config.load import load_config, parse_config, read_config_text
+from app.config.load import COLLECTOR_FLAG, collectors_named, load_config, parse_config, read_config_text
 from app.config.model import (
     AUTH_FIELDS,
     ConnectorName,
@@ -29,8 +29,8 @@ from app.config.model import (
 from app.config.partitions import PartitionSpec
 
 __all__ = [
-    "AUTH_FIELDS", "ConnectorName", "DeadLetterConfig", "DeleteMode", "DiscriminatorConfig", "FramingMode", "IdType",
-    "JobConfig", "KafkaConfig", "LakeConfig", "MetastoreConfig", "PartitionSpec", "RecoveryConfig",
-    "RegistryAuthConfig", "RegistryConfig", "SourceCatalogConfig", "SourceConfig", "SparkConfig", "TableConfig",
-    "TableType", "TriggerConfig", "load_config", "parse_config", "read_config_text",
+    "AUTH_FIELDS", "COLLECTOR_FLAG", "ConnectorName", "DeadLetterConfig", "DeleteMode", "DiscriminatorConfig",
+    "FramingMode", "IdType", "JobConfig", "KafkaConfig", "LakeConfig", "MetastoreConfig", "PartitionSpec",
+    "RecoveryConfig", "RegistryAuthConfig", "RegistryConfig", "SourceCatalogConfig", "SourceConfig", "SparkConfig",
+    "TableConfig", "TableType", "TriggerConfig", "collectors_named", "load_config", "parse_config", "read_config_text",
 ]

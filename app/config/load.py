@@ -221,16 +221,22 @@ def _check_semantics(config: JobConfig) -> None:
                           "limits spark.available_now_java_options, which is unset")
 
 
-_COLLECTOR = re.compile(r"-XX:\+Use(\w+)GC")
+# A garbage collector flag, named in a group; not `-XX:+UseMaximumCompactionOnSystemGC` and its like, which tune one.
+COLLECTOR_FLAG = re.compile(r"-XX:\+Use(Serial|Parallel|G1|Z|Shenandoah|Epsilon)GC(?=\s|$)")
+
+
+def collectors_named(options: str) -> set[str]:
+    """The garbage collectors JVM options select ("Parallel", "G1", ...); a JVM given two does not start."""
+    return set(COLLECTOR_FLAG.findall(options))
 
 
 def _check_collectors(config: JobConfig) -> None:
     """An --available-now run's JVM options, and a stream's, add to the driver's own: two collectors stop the JVM at
     its start."""
-    own = set(_COLLECTOR.findall(config.spark.conf.get("spark.driver.extraJavaOptions", "")))
+    own = collectors_named(config.spark.conf.get("spark.driver.extraJavaOptions", ""))
     for key, options in (("spark.available_now_java_options", config.spark.available_now_java_options),
                          ("spark.stream_java_options", config.spark.stream_java_options)):
-        added = set(_COLLECTOR.findall(options or ""))
+        added = collectors_named(options or "")
         if own and added and own != added:
             raise ConfigError(
                 key,

@@ -130,7 +130,8 @@ def test_two_collectors_are_a_config_error() -> None:
     assert error.value.key == "spark.available_now_java_options"
     assert "Serial" in str(error.value) and "G1" in str(error.value)
     raw["spark"]["conf"]["spark.driver.extraJavaOptions"] = "-XX:+UseSerialGC -Dx=1"  # the same one: fine
-    raw["spark"]["stream_java_options"] = "-XX:Tier4InvocationThreshold=50000"
+    # a flag that tunes a collector is not one: a JVM takes it beside the serial collector
+    raw["spark"]["stream_java_options"] = "-XX:Tier4InvocationThreshold=50000 -XX:+UseMaximumCompactionOnSystemGC"
     assert parse_config(raw).spark.available_now_java_options == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     raw["spark"]["stream_java_options"] = "-XX:+UseParallelGC"  # a stream's options likewise
     with pytest.raises(ConfigError) as error:
