@@ -43,7 +43,7 @@ from app.config import JobConfig
 from app.errors import EnvelopeError, RegistryError, SchemaDecodeError, SourceSettingError, required
 from app.routing.catalog import PartitionRoots, all_partition_roots
 from app.routing.route import TableRoute, claim_tables, route_topic, skip_reason
-from app.sink.hudi import HudiTarget, key_lengths_needed, recorded_record_key
+from app.sink.hudi import key_lengths_needed, lake_target, recorded_record_key
 from app.sink.quarantine import Quarantine
 from app.spark import in_threads
 from app.state.stats import TableBatchStats
@@ -280,20 +280,9 @@ class Planner:
                              key_schemas=key_schemas)
         target = None
         if record_key is not None:
-            target = HudiTarget(
-                database=route.database,
-                table=route.table,
-                path=self.config.lake.table_path(route.table, route.database),
-                record_key=record_key,
-                table_type=route.table_type,
-                delete_mode=route.delete_mode,
-                partition=route.partition,
-                compaction_delta_commits=route.compaction_delta_commits,
-                retain_commits=self.config.lake.retain_commits,
-                clean_every_commits=self.config.lake.clean_every_commits,
-                small_file_limit_bytes=self.config.lake.small_file_bytes,
-                metadata_table=self.config.lake.metadata_table == "all",
-            )
+            target = lake_target(self.config.lake, route.table, record_key, database=route.database,
+                                 table_type=route.table_type, delete_mode=route.delete_mode, partition=route.partition,
+                                 compaction_delta_commits=route.compaction_delta_commits)
         try:
             events_df = union(s.events_df for s in slices)
         except AnalysisException as e:

@@ -81,7 +81,7 @@ from app.hooks import Hooks
 from app.routing.route import check_owner
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed
 from app.sink.deadletters import SAMPLE_KEYS, DeadLetters, dead_letter_rows
-from app.sink.hudi import HudiTarget, index_tasks, sized_options, table_exists, write_silver
+from app.sink.hudi import HudiTarget, sized_options, table_exists, write_silver
 from app.sink.ledger import LedgerView, compact_ledger, ledger_key, open_ledger, write_ledger
 from app.sink.lost import LostTables
 from app.sink.metasync import MetaSync
@@ -355,8 +355,7 @@ class TableWriter:
         """The Hudi write of the table's rows (one per key: the latest event of each, `_written`), the batch's offsets
         in its commit's `metadata`; meta sync when due."""
         sync = self.meta_sync.write_options(target, rows_df)
-        tasks = index_tasks(self.config.lake.simple_index_tasks, rows_df.sparkSession)
-        options = {**sized_options(target, rows, tasks), **self.hooks.write_options(target.path), **metadata, **sync}
+        options = {**sized_options(target, rows), **self.hooks.write_options(target.path), **metadata, **sync}
         write_silver(rows_df, target, step.batch_id, query_id, options, unique_rows=True)
         self.meta_sync.written(target, rows_df, options)
 

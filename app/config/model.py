@@ -234,9 +234,9 @@ class LakeConfig:
     # that far); the timeline archives beyond retain_commits + 10.
     retain_commits: int = 10
     # The cleaner is scheduled once this many commits have passed since its last run (Hudi's
-    # `hoodie.clean.max.commits`), not after every commit: a clean plans, deletes and writes three timeline files,
-    # about a tenth of a small commit (docs/performance.md). An old file version stays up to this many commits
-    # less one past those retained.
+    # `hoodie.clean.trigger.max.commits`), not after every commit: a clean plans, deletes and writes three timeline
+    # files, about a tenth of a small commit (docs/performance.md). An old file version stays up to this many
+    # commits less one past those retained.
     clean_every_commits: int = 5
     # A batch's inserts into a table go into its base files smaller than this many MB (Hudi's
     # `hoodie.parquet.small.file.limit`), and a Copy-on-Write commit rewrites each such file whole: a table taking

@@ -38,7 +38,7 @@ from app.cdc.columns import ERROR_COL, OFFSET_COL, PARTITION_COL, POSITION_COL, 
 from app.cdc.debezium_types import reader_schema
 from app.config import JobConfig
 from app.sink.creation import repair_interrupted_creation
-from app.sink.hudi import HudiTarget, table_exists, write_options
+from app.sink.hudi import HudiTarget, index_options, lake_target, table_exists, write_options
 from app.wire.registry import SchemaRef
 from app.wire.source import KAFKA_SCHEMA
 
@@ -82,16 +82,7 @@ class Settlement:
 
 
 def dead_letter_target(config: JobConfig) -> HudiTarget:
-    table = config.dead_letters.table
-    return HudiTarget(
-        database=config.lake.database,
-        table=table,
-        path=config.lake.table_path(table),
-        record_key=(DEAD_LETTER_KEY,),
-        retain_commits=config.lake.retain_commits,
-        clean_every_commits=config.lake.clean_every_commits,
-        small_file_limit_bytes=config.lake.small_file_bytes,
-    )
+    return lake_target(config.lake, config.dead_letters.table, (DEAD_LETTER_KEY,))
 
 
 def dead_letter_rows(
@@ -175,6 +166,7 @@ class DeadLetters:
             summary = summarize(rows_df)
             options = {
                 **write_options(self.target, batch_id, query_id),
+                **index_options(self.target, rows_df.sparkSession),
                 "hoodie.datasource.write.operation": "insert",
                 "hoodie.datasource.insert.dup.policy": "drop",
                 "hoodie.datasource.write.precombine.field": "batch_id",
@@ -193,7 +185,8 @@ class DeadLetters:
         `rows_df` (dead-letter rows as read), an upsert stamped with the time."""
         base = rows_df.drop(*[c for c in rows_df.columns if c.startswith("_hoodie_")], *REPLAY_COLUMNS)
         marked = base.join(marks_df, DEAD_LETTER_KEY).withColumn("replayed_at", F.current_timestamp())
-        options = {**write_options(self.target, batch_id, query_id), "hoodie.datasource.write.operation": "upsert",
+        options = {**write_options(self.target, batch_id, query_id), **index_options(self.target, marked.sparkSession),
+                   "hoodie.datasource.write.operation": "upsert",
                    "hoodie.datasource.write.precombine.field": "batch_id"}
         with self._lock:
             marked.write.format("hudi").options(**options).mode("append").save(self.target.path)

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from app.cdc.columns import DELETED_COL, KEY_LENGTHS_COL, LEDGER_FOLDER, POSITION_COL
-from app.config import PartitionSpec
+from app.config import LakeConfig, PartitionSpec
 from app.sink.creation import repair_interrupted_creation
 from app.sink.lakefs import fs_and_path, list_files
 from app.spark import jvm_class
@@ -37,6 +38,9 @@ class HudiTarget:
     metadata_table: bool = False  # partitioned tables always have one (their record-level index)
     key_lengths: bool = False  # Hudi's record key also holds KEY_LENGTHS_COL (key_lengths_needed)
     small_file_limit_bytes: int = 100 * 1024 * 1024  # hoodie.parquet.small.file.limit: files below it take inserts
+    # lake.simple_index_tasks: a non-partitioned table's simple index in at most this many tasks (index_options);
+    # None: the session's cores; 0: Hudi's default, a task per base file
+    simple_index_tasks: int | None = None
 
     @property
     def key_fields(self) -> tuple[str, ...]:
@@ -52,6 +56,26 @@ class HudiTarget:
         """The folder of this table's hard-delete ledger (app/sink/ledger.py): beside it, never in the catalog."""
         parent, _, name = self.path.rstrip("/").rpartition("/")
         return f"{parent}/{LEDGER_FOLDER}/{name}"
+
+
+def lake_target(
+    lake: LakeConfig, table: str, record_key: tuple[str, ...], *, database: str | None = None, **settings: Any
+) -> HudiTarget:
+    """A table of the lake: its path in `lake`, the lake-wide settings (retention, the cleaner's frequency, small
+    files, the metadata table, the simple index's tasks) from `lake`, and the table's own `settings` (HudiTarget's
+    fields: type, delete mode, partition, compaction)."""
+    return HudiTarget(
+        database=database or lake.database,
+        table=table,
+        path=lake.table_path(table, database),
+        record_key=record_key,
+        retain_commits=lake.retain_commits,
+        clean_every_commits=lake.clean_every_commits,
+        small_file_limit_bytes=lake.small_file_bytes,
+        metadata_table=lake.metadata_table == "all",
+        simple_index_tasks=lake.simple_index_tasks,
+        **settings,
+    )
 
 
 def write_options(target: HudiTarget, batch_id: int, query_id: str) -> dict[str, str]:
@@ -136,7 +160,7 @@ def table_service_options(target: HudiTarget) -> dict[str, str]:
         "hoodie.clean.policy": "KEEP_LATEST_COMMITS",
         "hoodie.clean.commits.retained": str(retain),
         # Scheduled once this many commits have passed since the last clean, not after each one.
-        "hoodie.clean.max.commits": str(target.clean_every_commits),
+        "hoodie.clean.trigger.max.commits": str(target.clean_every_commits),
         # Archival keeps more instants than the cleaner retains (Hudi requires it).
         "hoodie.archive.automatic": "true",
         "hoodie.keep.min.commits": str(retain + 10),
@@ -180,28 +204,26 @@ def meta_sync_options(target: HudiTarget) -> dict[str, str]:
 RECONCILE_ROWS_PER_TASK = 25_000
 
 
-def sized_options(target: HudiTarget, rows: int, index_tasks: int = 0) -> dict[str, str]:
-    """Parallelism sized to the batch and the session.
-
-    A partitioned table's record-level index reconciles the batch's keys with their current locations in
+def sized_options(target: HudiTarget, rows: int) -> dict[str, str]:
+    """A partitioned table's record-level index reconciles the batch's keys with their current locations in
     `hoodie.global.index.reconcile.parallelism` tasks, 60 by default whatever the batch: one task per 25,000 rows
-    written (2 to 60) costs a small commit about a quarter less CPU (docs/performance.md).
-
-    A non-partitioned table's simple index reads the keys of every base file, one task per file by default, and
-    joins them with the batch's keys in as many tasks, each sizing its share of the table's keys as it goes. At
-    most `index_tasks` (lake.simple_index_tasks, the session's cores by default; 0: Hudi's default): a table of
-    many small files otherwise starts a task per file, twice, at every commit (docs/performance.md).
-    """
+    written (2 to 60) costs a small commit about a quarter less CPU (docs/performance.md)."""
     if target.partition is None:
-        return {"hoodie.simple.index.parallelism": str(index_tasks)} if index_tasks > 0 else {}
+        return {}
     tasks = min(60, max(2, -(-rows // RECONCILE_ROWS_PER_TASK)))
     return {"hoodie.global.index.reconcile.parallelism": str(tasks)}
 
 
-def index_tasks(configured: int | None, spark: SparkSession) -> int:
-    """`sized_options`'s `index_tasks` from lake.simple_index_tasks: unset, the session's cores (Spark's default
-    parallelism)."""
-    return spark.sparkContext.defaultParallelism if configured is None else configured
+def index_options(target: HudiTarget, spark: SparkSession) -> dict[str, str]:
+    """A non-partitioned table's simple index reads the keys of every base file, one task per file by default, and
+    joins them with the batch's keys in as many tasks, each sizing its share of the table's keys as it goes. At most
+    `target.simple_index_tasks` (lake.simple_index_tasks; unset: the session's cores, Spark's default parallelism;
+    0: Hudi's default): a table of many small files otherwise starts a task per file, twice, at every commit
+    (docs/performance.md). Every write of a table through the job gets it (`write_silver`, the dead letters')."""
+    if target.partition is not None:
+        return {}
+    tasks = spark.sparkContext.defaultParallelism if target.simple_index_tasks is None else target.simple_index_tasks
+    return {"hoodie.simple.index.parallelism": str(tasks)} if tasks > 0 else {}
 
 
 # For an upsert whose input holds one row per record key: no de-duplication by Hudi first (it merges each row with
@@ -246,7 +268,8 @@ def write_silver(
     if target.key_lengths:
         rows_df = with_key_lengths(rows_df, target.record_key)
     repair_interrupted_creation(rows_df.sparkSession, target.path, target.qualified_name)
-    options = {**write_options(target, batch_id, query_id), **(UNIQUE_ROWS if unique_rows else {}), **(extra or {})}
+    options = {**write_options(target, batch_id, query_id), **index_options(target, rows_df.sparkSession),
+               **(UNIQUE_ROWS if unique_rows else {}), **(extra or {})}
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
 
 

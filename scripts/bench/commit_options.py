@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from app.config import PartitionSpec, load_config  # noqa: E402
-from app.sink.hudi import HudiTarget, index_tasks, sized_options, write_silver  # noqa: E402
+from app.sink.hudi import HudiTarget, sized_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
 from app.spark import build_session, jvm_pid  # noqa: E402
 from scripts.bench.run import cpu_s  # noqa: E402
@@ -135,7 +135,8 @@ def main() -> int:
     run = uuid.uuid4().hex[:8]
     lake = args.lake or f"{config.lake.silver_path.rstrip('/')}/_bench/{run}"
     base = HudiTarget(database="bench_commit_options", table="", path="", record_key=("id",),
-                      table_type=args.table_type, partition=PartitionSpec("bucket") if args.partitions else None)
+                      table_type=args.table_type, partition=PartitionSpec("bucket") if args.partitions else None,
+                      simple_index_tasks=config.lake.simple_index_tasks)
     options = {BASELINE: {}, **variants}
     targets = {name: dataclasses.replace(base, table=f"t_{run}_{i}", path=f"{lake}/t_{run}_{i}")
                for i, name in enumerate(options)}
@@ -145,8 +146,7 @@ def main() -> int:
     for name, extra in options.items():
         print(f"  {name}: {json.dumps(extra) if extra else 'the job options as shipped (app/sink/hudi.py)'}")
     try:
-        results = run_commits(spark, args, targets, options, run,
-                              tasks=index_tasks(config.lake.simple_index_tasks, spark))
+        results = run_commits(spark, args, targets, options, run)
     finally:
         for target in targets.values():
             delete_path(spark, target.path)
@@ -160,12 +160,12 @@ def main() -> int:
 
 def run_commits(
     spark: SparkSession, args: argparse.Namespace, targets: dict[str, HudiTarget], options: dict[str, dict[str, str]],
-    run: str, *, tasks: int,
+    run: str,
 ) -> dict[str, list[tuple[float, float]]]:
     """Each commit's rows once, then written into every table, the tables' order turning round each commit:
     (wall s, JVM CPU-s) per table and commit. Each write gets the options the job sizes to its batch
-    (app/sink/hudi.py `sized_options`, `tasks` the simple index's, from lake.simple_index_tasks), then the
-    variant's."""
+    (app/sink/hudi.py `sized_options`; `write_silver` adds the simple index's tasks, lake.simple_index_tasks),
+    then the variant's."""
     pid = jvm_pid(spark)
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
     names = list(targets)
@@ -175,7 +175,7 @@ def run_commits(
         shift = commit % len(names)
         for name in names[shift:] + names[:shift]:
             wall, cpu = time.monotonic(), cpu_s(pid)
-            extra = {**sized_options(targets[name], rows, tasks), **options[name]}
+            extra = {**sized_options(targets[name], rows), **options[name]}
             write_silver(df, targets[name], commit, run, extra, unique_rows=True)
             results[name].append((time.monotonic() - wall, cpu_s(pid) - cpu))
             print(f"commit {commit:2d} {name:16s} {results[name][-1][0]:6.2f} s {results[name][-1][1]:6.2f} CPU-s",

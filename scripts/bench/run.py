@@ -89,7 +89,7 @@ from app.batch.processor import BatchProcessor, BronzeGate  # noqa: E402
 from app.config import JobConfig, PartitionSpec, load_config  # noqa: E402
 from app.errors import required  # noqa: E402
 from app.sink.bronze import write_bronze  # noqa: E402
-from app.sink.hudi import UNIQUE_ROWS, HudiTarget, write_options, write_silver  # noqa: E402
+from app.sink.hudi import UNIQUE_ROWS, HudiTarget, index_options, write_options, write_silver  # noqa: E402
 from app.sink.lakefs import delete_path  # noqa: E402
 from app.sink.widening import rewrite as rewrite_table  # noqa: E402
 from app.spark import build_session, jvm_pid, process_cpu_s, session_conf  # noqa: E402
@@ -557,7 +557,8 @@ def rows(ids: DataFrame, version: int, amount_type: str | None = None) -> DataFr
     )
 
 
-def growth(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[list[Figure], dict[str, Any]]:
+def growth(spark: SparkSession, config: JobConfig, lake: str, args: argparse.Namespace
+           ) -> tuple[list[Figure], dict[str, Any]]:
     """Per layout: a table of `small` rows and one of `large`, bulk-loaded, then the same-sized upserts into each,
     keys spread evenly over the whole table, alternating between the two tables."""
     figures: list[Figure] = []
@@ -567,10 +568,11 @@ def growth(spark: SparkSession, lake: str, args: argparse.Namespace) -> tuple[li
         targets = {
             size: HudiTarget(database="bench_growth", table=f"{layout.replace('-', '_')}_{size}",
                              path=f"{lake}/growth/{layout}-{size}", record_key=("id",), table_type=table_type,
-                             partition=partition)
+                             partition=partition, simple_index_tasks=config.lake.simple_index_tasks)
             for size in (args.small, args.large)
         }
-        options[layout] = {**write_options(targets[args.small], 0, "bench"), **UNIQUE_ROWS}
+        options[layout] = {**write_options(targets[args.small], 0, "bench"),
+                           **index_options(targets[args.small], spark), **UNIQUE_ROWS}
         print(f" {layout}:")
         results = timed({str(size): Upserts(spark, target, args.batch) for size, target in targets.items()}, args.runs,
                         not args.smoke)
@@ -893,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
             "freshness": lambda: freshness_runs(spark, args.conf, lake, args),
             "backlog": lambda: backlog(spark, args.conf, config, lake, args),
             "soak": lambda: soak(spark, args.conf, lake, args),
-            "growth": lambda: growth(spark, lake, args),
+            "growth": lambda: growth(spark, config, lake, args),
             "widen": lambda: widen(spark, lake, args),
             "job-runs": lambda: job_runs(spark, args.conf, lake, args),
         }

@@ -1,6 +1,7 @@
 """Partitioning per table (app/sink/partitioning.py) and the Hudi options each table layout gets (app/sink/hudi.py)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
@@ -16,9 +17,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app.config import PartitionSpec
+from app.config import JobConfig, PartitionSpec
 from app.errors import EnvelopeError
-from app.sink.hudi import HudiTarget, sized_options, write_options
+from app.sink.deadletters import dead_letter_target
+from app.sink.hudi import HudiTarget, index_options, lake_target, sized_options, write_options
 from app.sink.partitioning import with_partition_field
 
 ROWS = StructType([
@@ -124,13 +126,38 @@ def test_a_non_partitioned_copy_on_write_table() -> None:
     assert options["hoodie.metadata.enable"] == "false"  # lake.metadata_table: partitioned (the default)
     assert write_options(_target(metadata_table=True), 7, "q")["hoodie.metadata.enable"] == "true"
     assert "hoodie.compact.inline" not in options
-    assert sized_options(_target(), 10**6) == {}  # lake.simple_index_tasks: 0, Hudi's task per base file
-    assert sized_options(_target(), 10**6, 2) == {"hoodie.simple.index.parallelism": "2"}
+    assert sized_options(_target(), 10**6) == {}  # the record-level index's reconcile: a partitioned table's
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("10", "20")
-    assert options["hoodie.clean.max.commits"] == "5"  # HudiTarget's default, as lake.clean_every_commits's
+    assert options["hoodie.clean.trigger.max.commits"] == "5"  # HudiTarget's default, as lake.clean_every_commits's
     assert options["hoodie.timeline.compaction.batch.size"] == "2"  # the history merged two files at a time
     assert options["hoodie.parquet.small.file.limit"] == str(100 * 1024 * 1024)  # lake.small_file_limit_mb's
     assert options["hoodie.parquet.bloom.filter.enabled"] == "false"  # no table has a bloom index
+
+
+def test_the_simple_index_runs_in_at_most_lake_simple_index_tasks(spark: SparkSession) -> None:
+    cores = str(spark.sparkContext.defaultParallelism)
+    assert index_options(_target(), spark) == {"hoodie.simple.index.parallelism": cores}  # unset: the session's cores
+    assert index_options(_target(simple_index_tasks=3), spark) == {"hoodie.simple.index.parallelism": "3"}
+    assert index_options(_target(simple_index_tasks=0), spark) == {}  # Hudi's default, a task per base file
+    assert index_options(_target(partition=PartitionSpec("placed_at", "day")), spark) == {}  # the record-level one
+
+
+def test_every_table_of_the_lake_gets_the_lake_wide_settings(local_config: JobConfig) -> None:
+    """The Silver tables (app/batch/planner.py) and the dead letters (app/sink/deadletters.py) are both built by
+    `lake_target`: each lake-wide setting reaches every table."""
+    lake = replace(local_config.lake, retain_commits=7, clean_every_commits=2, small_file_limit_mb=1.0,
+                   metadata_table="all", simple_index_tasks=3)
+    config = replace(local_config, lake=lake)
+    silver = lake_target(lake, "orders", ("id",), database="shop", table_type="MERGE_ON_READ",
+                         compaction_delta_commits=4)
+    for target in (silver, dead_letter_target(config)):
+        assert (target.retain_commits, target.clean_every_commits, target.small_file_limit_bytes) == (7, 2, 1 << 20)
+        assert target.metadata_table and target.simple_index_tasks == 3
+    assert (silver.qualified_name, silver.path) == ("shop.orders", lake.table_path("orders", "shop"))
+    assert (silver.table_type, silver.compaction_delta_commits) == ("MERGE_ON_READ", 4)
+    dead = dead_letter_target(config)
+    assert (dead.database, dead.path) == (lake.database, lake.table_path(config.dead_letters.table))
+    assert not lake_target(replace(lake, metadata_table="partitioned"), "t", ("id",)).metadata_table
 
 
 @pytest.mark.parametrize(("keys", "generator"), [(("id",), "SimpleKeyGenerator"), (("a", "b"), "ComplexKeyGenerator")])
@@ -162,4 +189,4 @@ def test_a_merge_on_read_table_compacts_inline_and_cleans() -> None:
     assert options["hoodie.compact.inline.max.delta.commits"] == "2"
     assert options["hoodie.clean.automatic"] == "true"
     assert (options["hoodie.clean.commits.retained"], options["hoodie.keep.min.commits"]) == ("5", "15")
-    assert options["hoodie.clean.max.commits"] == "2"
+    assert options["hoodie.clean.trigger.max.commits"] == "2"
