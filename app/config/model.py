@@ -323,9 +323,8 @@ class SparkConfig:
     # A larger backlog keeps the JVM's defaults, which pay back over it. Unset: every `--available-now` run.
     available_now_java_options_max_records: int | None = None
     # Driver JVM options added for a stream only (a run without `--available-now`), after the others: on a machine
-    # whose cores the job shares, C2's compile thresholds raised keep the JIT from compiling, in a stream's first
-    # minutes, the many methods a batch calls only a few thousand times, and the parallel collector gives shorter
-    # batches than G1 (conf/local.yaml; docs/performance.md). Their collector must be the one
+    # whose cores the job shares, the parallel collector gives shorter batches than G1 (conf/local.yaml;
+    # docs/performance.md). Their collector must be the one
     # `spark.driver.extraJavaOptions` names, if any; one that the environment's JVM options name replaces theirs, as
     # above. Under spark-submit the driver starts first: scripts/submit.sh passes them (an EMR step, the image:
     # --driver-java-options). Unset: none.

@@ -88,9 +88,11 @@ def test_a_stream_adds_its_own_options_last_and_an_available_now_run_does_not(tm
     assert driver_java_options(SparkConfig(stream_java_options=c2), stream=True) == c2
 
 
-def test_the_shipped_local_config_gives_a_stream_c2s_raised_thresholds() -> None:
+def test_the_shipped_local_config_leaves_c2s_thresholds_at_hotspots() -> None:
+    """Raised tenfold until 2026-12-06: with the parallel collector, HotSpot's own gave B3 a lower p95 and a soak
+    that holds (docs/performance.md)."""
     spark = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
-    assert "-XX:Tier4InvocationThreshold=" in driver_java_options(spark, stream=True)
+    assert "Tier4" not in driver_java_options(spark, stream=True)
     assert "Tier4" not in driver_java_options(spark, with_available_now_options=True)
 
 
@@ -330,9 +332,10 @@ def test_submit_gives_a_stream_its_options_and_an_available_now_run_its_own(tmp_
     assert "--driver-java-options" in stream, stream
     options = stream[stream.index("--driver-java-options") + 1]
     local = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
-    assert options.endswith(required(local.stream_java_options, "conf/local.yaml's stream options")), options
+    stream_options = required(local.stream_java_options, "conf/local.yaml's stream options")
+    assert options.endswith(stream_options), options
     available_now = submitted("--available-now")
-    assert not any("Tier4" in arg for arg in available_now), available_now
+    assert not any(stream_options in arg for arg in available_now), available_now
 
 
 def test_the_jvms_times_grow_with_its_work(spark: SparkSession) -> None:
