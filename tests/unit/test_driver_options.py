@@ -27,6 +27,7 @@ from app.errors import ConfigError, required
 from app.job import use_available_now_options
 from app.spark import (
     ENVIRONMENT_JAVA_OPTIONS,
+    QUIET_LOGGERS,
     class_archive_options,
     describe_jvm,
     driver_java_options,
@@ -336,6 +337,19 @@ def test_submit_gives_a_stream_its_options_and_an_available_now_run_its_own(tmp_
     assert options.endswith(stream_options), options
     available_now = submitted("--available-now")
     assert not any(stream_options in arg for arg in available_now), available_now
+
+
+def test_a_session_holds_the_quiet_loggers_to_error_whatever_the_spark_log_level(spark: SparkSession) -> None:
+    """spark-avro's serializer warned 50 or so times a batch of what the decode answers by design (app/spark.py
+    QUIET_LOGGERS); the job's `setLogLevel` (the root logger's) leaves them at ERROR, and others at the root's."""
+    manager = jvm_class(spark, "org.apache.logging.log4j.LogManager")
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        for name in QUIET_LOGGERS:
+            assert manager.getLogger(name).getLevel().toString() == "ERROR", name
+        assert manager.getLogger("org.apache.spark.sql.avro.AvroDeserializer").getLevel().toString() == "WARN"
+    finally:
+        spark.sparkContext.setLogLevel("ERROR")
 
 
 def test_the_jvms_times_grow_with_its_work(spark: SparkSession) -> None:
