@@ -36,7 +36,7 @@ from app.batch.writer import Step, TableWriter
 from app.config import JobConfig
 from app.errors import PipelineError, SinkWriteError, java_root_cause
 from app.hooks import Hooks
-from app.sink.bronze import write_bronze
+from app.sink.bronze import KnownRanges, write_bronze
 from app.sink.bronze_table import BronzeTable
 from app.sink.quarantine import Quarantine
 from app.state.metrics import JobMetrics
@@ -70,6 +70,7 @@ class BatchProcessor:
         self.planner = Planner(config, registry, self.quarantine)
         self.writer = TableWriter(config, self.hooks, self.quarantine, replay=replay, rebuild=rebuild)
         self.bronze_table = BronzeTable(config)  # app/sink/bronze_table.py: ranges registered after each batch
+        self.bronze_ranges = KnownRanges()  # each Bronze partition folder listed once, then kept by its writes
         self.last_stats: dict[str, TableBatchStats] = {}  # the latest batch's, per table
         # The latest batches this processor wrote (a bounded window: a stream runs for months).
         self.history: deque[dict[str, TableBatchStats]] = deque(maxlen=HISTORY_BATCHES)
@@ -215,7 +216,7 @@ class BatchProcessor:
     def _write_bronze(self, raw_df: DataFrame, offsets: Offsets, batch_id: int, tables: list[str]) -> None:
         """Bronze's write, then the `bronze_written` point."""
         try:
-            bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets)
+            bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets, self.bronze_ranges)
         except (Py4JJavaError, CapturedException) as e:
             raise SinkWriteError(
                 f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"

@@ -20,14 +20,16 @@ A write, per (topic, partition) of the batch:
      with other boundaries (after a lost checkpoint) writes only the offsets no complete folder holds;
   3. the rest is written by one Spark write of the batch into `<bronze>/_staging/<uuid>/`, each (topic,
      partition) folder renamed to its range folder, then its marker written.
-So every offset is in exactly one complete folder, whatever was killed when.
+So every offset is in exactly one complete folder, whatever was killed when. A stream lists each partition's folder
+at its first batch only and then keeps what it wrote (`KnownRanges`): the folder gains a range per batch, and its
+listing grows with it (1.7 s for 5,000 ranges on the local stack's S3 server).
 """
 from __future__ import annotations
 
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -106,22 +108,90 @@ def list_ranges(
     return sorted(ranges, key=lambda r: (r.first, r.last))
 
 
+class KnownRanges:
+    """The range folders of each (topic, partition) that reach a stream's offsets, as one writer of a Bronze knows
+    them, so that its batches list a partition's folder once, not at every batch: the folder gains a range per
+    batch, and its listing grew with it (Bronze's write 0.82 s a batch in a 30-minute soak's first sixth, 0.99 s in
+    its last; docs/performance.md). The job is its Bronze's only writer, so once listed a folder changes only by its
+    own writes, which `write_bronze` adds. A write that fails forgets the partitions of its batch, and one that took
+    ranges from what was known is made again at once from a listing, which finds what the failure left (a folder
+    without its marker) and any range another writer added. Asked for offsets below those it listed (a batch read
+    again from earlier offsets), a partition is listed again."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str, int], tuple[int, list[BronzeRange]]] = {}  # (path, topic, p): since, ranges
+
+    def ranges(self, spark: SparkSession, bronze_path: str, topic: str, partition: int, since: int
+               ) -> list[BronzeRange]:
+        """`list_ranges(..., since=since)`, from what is known when it reaches that far back."""
+        known = self._known.get((bronze_path, topic, partition))
+        if known is None or since < known[0]:
+            found = list_ranges(spark, bronze_path, topic, partition, since=since)
+            self._known[(bronze_path, topic, partition)] = (since, found)
+            return list(found)
+        return [r for r in known[1] if r.last >= since]
+
+    def removed(self, bronze_path: str, gone: BronzeRange) -> None:
+        known = self._known.get((bronze_path, gone.topic, gone.partition))
+        if known is not None:
+            known[1].remove(gone)
+
+    def written(self, bronze_path: str, written: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        for (topic, partition), (first, last) in written.items():
+            known = self._known.get((bronze_path, topic, partition))
+            if known is not None:
+                known[1].append(BronzeRange(topic, partition, first, last))
+                known[1].sort(key=lambda r: (r.first, r.last))
+
+    def serves(self, bronze_path: str, offsets: Mapping[TopicPartition, tuple[int, int]]) -> bool:
+        """Whether a write of `offsets` would take a partition's ranges from what is known, without a listing."""
+        return any((known := self._known.get((bronze_path, topic, partition))) is not None and first >= known[0]
+                   for (topic, partition), (first, _) in offsets.items())
+
+    def forget(self, bronze_path: str, partitions: Iterable[TopicPartition]) -> None:
+        for topic, partition in partitions:
+            self._known.pop((bronze_path, topic, partition), None)
+
+
 def write_bronze(
-    kafka_df: DataFrame, bronze_path: str, offsets: Mapping[TopicPartition, tuple[int, int]]
+    kafka_df: DataFrame, bronze_path: str, offsets: Mapping[TopicPartition, tuple[int, int]],
+    known: KnownRanges | None = None,
 ) -> BronzeWrite:
     """Write the batch's records whose offsets no complete range holds (module docstring).
 
     Args:
         kafka_df: the batch as read from Kafka (or Bronze), persisted by the caller.
         offsets: the first and last offset of the batch's records per (topic, partition).
+        known: the ranges this writer knows (a stream's, kept across its batches); None: each partition listed.
     """
+    if known is None:
+        return _write(kafka_df, bronze_path, offsets, None)
+    retry = known.serves(bronze_path, offsets)
+    while True:
+        try:
+            return _write(kafka_df, bronze_path, offsets, known)
+        except BaseException as e:
+            known.forget(bronze_path, offsets)
+            if not retry or not isinstance(e, Exception):
+                raise
+            # What this writer knew may miss a range another wrote (a second writer of the same Bronze, which the
+            # job never is, but a test's second processor can be): written again from a listing, as a restart would.
+            log.warning("bronze: a write from the ranges known failed (%s); the partitions listed and written again",
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+            retry = False
+
+
+def _write(
+    kafka_df: DataFrame, bronze_path: str, offsets: Mapping[TopicPartition, tuple[int, int]],
+    known: KnownRanges | None,
+) -> BronzeWrite:
     spark = kafka_df.sparkSession
     result = BronzeWrite(written={})
     keep: Column = F.lit(False)
     bounds: dict[TopicPartition, tuple[int, int]] = {}
     overlapped: list[TopicPartition] = []
     for (topic, partition), (first, last) in sorted(offsets.items()):
-        held = _held_ranges(spark, bronze_path, topic, partition, (first, last), result=result)
+        held = _held_ranges(spark, bronze_path, topic, partition, (first, last), result=result, known=known)
         here = (F.col("topic") == topic) & (F.col("partition") == partition)
         for r in held:
             here = here & ~F.col("offset").between(r.first, r.last)
@@ -143,18 +213,24 @@ def write_bronze(
         result.skipped = total - sum(last - first + 1 for tp, (first, last) in bounds.items() if tp in overlapped)
     if bounds:
         _publish(rows_df, bronze_path, bounds, result)
+        if known is not None:
+            known.written(bronze_path, result.written)
     return result
 
 
 def _held_ranges(
-    spark: SparkSession, bronze_path: str, topic: str, partition: int, span: tuple[int, int], *, result: BronzeWrite
+    spark: SparkSession, bronze_path: str, topic: str, partition: int, span: tuple[int, int], *, result: BronzeWrite,
+    known: KnownRanges | None = None,
 ) -> list[BronzeRange]:
     """The complete ranges of a partition that hold offsets of `span` (first, last); incomplete ones from `span`'s
     first offset on are removed (a write cut short), and counted in `result`."""
     first, last = span
-    existing = list_ranges(spark, bronze_path, topic, partition, since=first)
+    existing = (list_ranges(spark, bronze_path, topic, partition, since=first) if known is None
+                else known.ranges(spark, bronze_path, topic, partition, first))
     for incomplete in (r for r in existing if not r.complete):
         delete_path(spark, incomplete.folder(bronze_path))
+        if known is not None:
+            known.removed(bronze_path, incomplete)
         result.removed_incomplete += 1
         log.warning("bronze: removed incomplete range %s (a write was cut short)", incomplete.folder(bronze_path))
     return [r for r in existing if r.complete and r.first <= last]
@@ -176,6 +252,8 @@ def _publish(
         if not fs.exists(source):
             continue  # every record of this partition was already held
         target = BronzeRange(topic, partition, first, last).folder(bronze_path)
+        if fs.exists(_jpath(spark, target)):  # a rename onto a folder moves into it (local paths), or fails (S3)
+            raise FileExistsError(f"bronze: {target} exists already: another writer of this Bronze wrote it")
         fs.mkdirs(_jpath(spark, target).getParent())
         if not fs.rename(source, _jpath(spark, target)):
             raise OSError(f"bronze: could not move {source} to {target}")

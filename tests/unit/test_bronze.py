@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from app.sink.bronze import MARKER, BronzeRange, bronze_rows, list_ranges, read_bronze, write_bronze
+from app.sink import bronze as bronze_module
+from app.sink.bronze import MARKER, BronzeRange, KnownRanges, bronze_rows, list_ranges, read_bronze, write_bronze
 from app.wire.source import KAFKA_SCHEMA
 
 TS = datetime(2024, 1, 2, 3, 30, tzinfo=UTC)
@@ -98,3 +100,76 @@ def test_a_range_without_its_marker_is_not_read_and_the_next_write_replaces_it(
     ]
     assert held(spark, bronze) == [("p.s.a", 0, o) for o in range(10)]
     assert not (tmp_path / "bronze" / "_staging").exists() or not any((tmp_path / "bronze" / "_staging").iterdir())
+
+
+def test_a_writers_known_ranges_list_each_partition_once_and_give_the_same_writes(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream's Bronze writes (`KnownRanges`): each partition folder listed at its first batch only, then kept by
+    the writes; a replay, a batch re-read with other boundaries and a failed write give what listing gives."""
+    bronze = str(tmp_path / "bronze")
+    listed: list[tuple[str, int, int]] = []
+
+    def counted(spark: SparkSession, path: str, topic: str, partition: int, since: int = 0, **kw: object
+                ) -> list[BronzeRange]:
+        listed.append((topic, partition, since))
+        return list_ranges(spark, path, topic, partition, since, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bronze_module, "list_ranges", counted)
+    known = KnownRanges()
+    for start in (10, 20, 30):
+        records = {("p.s.a", 0): range(start, start + 10), ("p.s.a", 1): range(start, start + 5)}
+        assert write_bronze(kafka_batch(spark, records), bronze, offsets_of(records), known).written == \
+            offsets_of(records)
+    assert listed == [("p.s.a", 0, 10), ("p.s.a", 1, 10)]  # the first batch's only
+
+    replay = {("p.s.a", 0): range(30, 40)}
+    assert (write_bronze(kafka_batch(spark, replay), bronze, offsets_of(replay), known).skipped, len(listed)) == (10, 2)
+    earlier = {("p.s.a", 0): range(5, 10)}  # offsets below those listed: listed again
+    result = write_bronze(kafka_batch(spark, earlier), bronze, offsets_of(earlier), known)
+    assert (result.written, result.skipped, listed[-1]) == ({("p.s.a", 0): (5, 9)}, 0, ("p.s.a", 0, 5))
+
+    # A write that fails after its files are in place, before its marker: the partition is forgotten, listed again
+    # by the next write, which removes what the failure left.
+    cut = {("p.s.a", 0): range(40, 45)}
+
+    def failing_marker(*args: object, **kw: object) -> None:
+        publish(*args, **kw)  # type: ignore[arg-type]
+        (Path(BronzeRange("p.s.a", 0, 40, 44).folder(bronze)) / MARKER).unlink()
+        raise OSError("killed before the marker")
+
+    publish = bronze_module._publish
+    monkeypatch.setattr(bronze_module, "_publish", failing_marker)
+    with pytest.raises(OSError):  # made again from a listing (below), and failing again
+        write_bronze(kafka_batch(spark, cut), bronze, offsets_of(cut), known)
+    assert listed[-1] == ("p.s.a", 0, 40)
+    calls = len(listed)
+    monkeypatch.setattr(bronze_module, "_publish", publish)
+    again = {("p.s.a", 0): range(40, 47)}
+    result = write_bronze(kafka_batch(spark, again), bronze, offsets_of(again), known)
+    assert (result.removed_incomplete, result.written) == (1, {("p.s.a", 0): (40, 46)})
+    assert listed[calls:] == [("p.s.a", 0, 40)]  # the failed partition listed again
+    assert held(spark, bronze) == sorted([("p.s.a", 0, o) for o in range(5, 47)]
+                                         + [("p.s.a", 1, o) for s in (10, 20, 30) for o in range(s, s + 5)])
+    calls = len(listed)  # what it knows is what a listing finds, without one
+    assert known.ranges(spark, bronze, "p.s.a", 0, 40) == list_ranges(spark, bronze, "p.s.a", 0, since=40)
+    assert len(listed) == calls  # (the test's own call is to the function itself, not counted)
+
+
+def test_a_range_another_writer_added_is_found_by_a_listing_not_written_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two writers of one Bronze (a test's second processor; the job is its Bronze's only writer): the first's
+    knowledge lacks what the second wrote, its write fails on the range folder it finds in place, and is made
+    again from a listing: each offset once."""
+    bronze = str(tmp_path / "bronze")
+    first, second = KnownRanges(), KnownRanges()
+    one, two = {("p.s.a", 0): range(0, 10)}, {("p.s.a", 0): range(10, 20)}
+    write_bronze(kafka_batch(spark, one), bronze, offsets_of(one), first)
+    assert write_bronze(kafka_batch(spark, two), bronze, offsets_of(two), second).written == offsets_of(two)
+
+    again = write_bronze(kafka_batch(spark, two), bronze, offsets_of(two), first)
+
+    assert (again.written, again.skipped) == ({}, 10)
+    assert held(spark, bronze) == [("p.s.a", 0, o) for o in range(20)]
+    assert [(r.first, r.last) for r in list_ranges(spark, bronze, "p.s.a", 0)] == [(0, 9), (10, 19)]
