@@ -127,9 +127,10 @@ class KnownRanges:
         known = self._known.get((bronze_path, topic, partition))
         if known is None or since < known[0]:
             found = list_ranges(spark, bronze_path, topic, partition, since=since)
-            self._known[(bronze_path, topic, partition)] = (since, found)
-            return list(found)
-        return [r for r in known[1] if r.last >= since]
+        else:  # only what reaches `since` is kept: a stream's offsets only grow, and an earlier one lists again
+            found = [r for r in known[1] if r.last >= since]
+        self._known[(bronze_path, topic, partition)] = (since, found)
+        return list(found)
 
     def removed(self, bronze_path: str, gone: BronzeRange) -> None:
         known = self._known.get((bronze_path, gone.topic, gone.partition))
