@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from app.cdc.columns import CDC_COLUMNS
 from app.config import JobConfig, SourceConfig
@@ -167,7 +167,25 @@ def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
     return tuple((str(name), bytes(value or b"")) for name, value in (raw or []))
 
 
-def _watermarks(consumer: Consumer, topic: str) -> list[tuple[int, int, int]]:
+# A topic a connector has just created: the broker may still be electing its partitions' leader.
+_LEADER_PENDING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                   KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
+def _watermarks(consumer: Consumer, topic: str, patience_s: float = 20.0) -> list[tuple[int, int, int]]:
+    """Each partition's (partition, low, high) watermarks; asked again while the partitions' leader is pending."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return _watermarks_once(consumer, topic)
+        except KafkaException as e:
+            error = e.args[0] if e.args else None
+            if not isinstance(error, KafkaError) or error.code() not in _LEADER_PENDING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _watermarks_once(consumer: Consumer, topic: str) -> list[tuple[int, int, int]]:
     meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
     if meta is None or meta.error is not None:
         return []
