@@ -323,6 +323,8 @@ def build_session(
         if system.getProperty(key) is None:
             system.setProperty(key, value)
     quiet_loggers(session)
+    if spark.hadoop_defaults == "core":
+        core_hadoop_defaults(session)
     log.info("spark %s session up (master %s, %s)", session.version, session.sparkContext.master, jvm_summary(session))
     return session
 
@@ -344,6 +346,40 @@ def quiet_loggers(spark: SparkSession) -> None:
     error = jvm_class(spark, "org.apache.logging.log4j.Level").ERROR
     for name in QUIET_LOGGERS:
         configurator.setLevel(name, error)
+
+
+# Classes whose first use adds Hadoop's HDFS, MapReduce and YARN files to its default configuration files, each of
+# them again for some: loaded first, they add nothing after core_hadoop_defaults has taken those files out.
+HADOOP_DEFAULTS_ADDERS = (
+    "org.apache.hadoop.mapred.JobConf", "org.apache.hadoop.mapreduce.Job", "org.apache.hadoop.mapred.JobClient",
+    "org.apache.hadoop.mapreduce.Cluster", "org.apache.hadoop.yarn.conf.YarnConfiguration",
+    "org.apache.hadoop.hdfs.HdfsConfiguration",
+)
+CORE_HADOOP_DEFAULTS = ("core-default.xml", "core-site.xml")
+
+
+def core_hadoop_defaults(spark: SparkSession) -> None:
+    """Every Hadoop configuration of the driver reads core-default.xml and core-site.xml only (`spark.hadoop_defaults:
+    core`): the classes that add the other files are loaded first (`HADOOP_DEFAULTS_ADDERS`, those on the class
+    path), then the other files leave Hadoop's list (`Configuration.defaultResources`, a static field: py4j reflects
+    on it) and the session's configuration is read again; what was set on it (the `spark.hadoop.*` settings) stays."""
+    lang_class = jvm_class(spark, "java.lang.Class")
+    loader = jvm_class(spark, "java.lang.Thread").currentThread().getContextClassLoader()
+    for name in HADOOP_DEFAULTS_ADDERS:
+        try:
+            lang_class.forName(name, True, loader)
+        except Py4JError:
+            log.debug("hadoop defaults: %s is not on the class path", name)
+    field = lang_class.forName("org.apache.hadoop.conf.Configuration").getDeclaredField("defaultResources")
+    field.setAccessible(True)
+    resources = field.get(None)
+    for name in [str(n) for n in resources.toArray()]:
+        if name not in CORE_HADOOP_DEFAULTS:
+            resources.remove(name)
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop_conf.reloadConfiguration()
+    log.info("hadoop configurations read %s only (spark.hadoop_defaults: core): %d entries",
+             " and ".join(CORE_HADOOP_DEFAULTS), hadoop_conf.size())
 
 
 def metastore_store_keys(conf: dict[str, str]) -> dict[str, str]:

@@ -115,6 +115,14 @@ def test_bad_literal() -> None:
     _assert_names_key(_config_error(raw), "source.framing", "must be one of headers, id8, id4, auto")
 
 
+def test_hadoop_defaults_is_all_or_core() -> None:
+    assert parse_config(_minimal()).spark.hadoop_defaults == "all"
+    raw = _minimal()
+    raw.setdefault("spark", {})["hadoop_defaults"] = "hdfs"
+
+    _assert_names_key(_config_error(raw), "spark.hadoop_defaults", "must be one of all, core")
+
+
 def test_null_for_required_value() -> None:
     raw = _minimal()
     raw["kafka"]["topic_pattern"] = None

@@ -26,6 +26,7 @@ from app.config import JobConfig, KafkaConfig, SparkConfig, parse_config
 from app.errors import ConfigError, required
 from app.job import use_available_now_options
 from app.spark import (
+    CORE_HADOOP_DEFAULTS,
     ENVIRONMENT_JAVA_OPTIONS,
     QUIET_LOGGERS,
     class_archive_options,
@@ -350,6 +351,29 @@ def test_a_session_holds_the_quiet_loggers_to_error_whatever_the_spark_log_level
         assert manager.getLogger("org.apache.spark.sql.avro.AvroDeserializer").getLevel().toString() == "WARN"
     finally:
         spark.sparkContext.setLogLevel("ERROR")
+
+
+def test_a_core_session_reads_hadoops_core_files_only_after_the_classes_that_add_others(
+    spark: SparkSession, local_config: JobConfig, tmp_path: Path,
+) -> None:
+    """conf/local.yaml's `spark.hadoop_defaults: core` (the tests' session is built from it): Hadoop's list of
+    default files holds core's two, and neither a Parquet write and read (MapReduce's Job) nor a new JobConf brings
+    MapReduce's files back; the `spark.hadoop.*` settings stay."""
+    assert local_config.spark.hadoop_defaults == "core"
+    spark.range(5).write.parquet(str(tmp_path / "p"))
+    assert spark.read.parquet(str(tmp_path / "p")).count() == 5
+    lang_class = jvm_class(spark, "java.lang.Class")
+    field = lang_class.forName("org.apache.hadoop.conf.Configuration").getDeclaredField("defaultResources")
+    field.setAccessible(True)
+    assert [str(name) for name in field.get(None).toArray()] == list(CORE_HADOOP_DEFAULTS)
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    job_conf = jvm_class(spark, "org.apache.hadoop.mapred.JobConf")()
+    for conf in (hadoop_conf, job_conf, spark._jsparkSession.sessionState().newHadoopConf()):
+        assert conf.get("mapreduce.job.maps") is None  # mapred-default.xml's
+        assert conf.get("yarn.resourcemanager.address") is None  # yarn-default.xml's
+        assert conf.get("fs.s3a.impl") == "org.apache.hadoop.fs.s3a.S3AFileSystem"  # core-default.xml's
+    assert hadoop_conf.get("fs.s3a.endpoint") == local_config.spark.conf["spark.hadoop.fs.s3a.endpoint"]
+    assert hadoop_conf.size() < 500  # 990 with every file
 
 
 def test_the_jvms_times_grow_with_its_work(spark: SparkSession) -> None:
