@@ -356,13 +356,17 @@ HADOOP_DEFAULTS_ADDERS = (
     "org.apache.hadoop.hdfs.HdfsConfiguration",
 )
 CORE_HADOOP_DEFAULTS = ("core-default.xml", "core-site.xml")
+# Settings of the files taken out that keep their value as set ones: the output committer of Spark's file writes
+# (Bronze, the delete ledger), whose algorithm is 1 in mapred-default.xml and 2 in Hadoop's code.
+KEPT_HADOOP_DEFAULTS = r"^mapreduce\.fileoutputcommitter\."
 
 
 def core_hadoop_defaults(spark: SparkSession) -> None:
     """Every Hadoop configuration of the driver reads core-default.xml and core-site.xml only (`spark.hadoop_defaults:
     core`): the classes that add the other files are loaded first (`HADOOP_DEFAULTS_ADDERS`, those on the class
     path), then the other files leave Hadoop's list (`Configuration.defaultResources`, a static field: py4j reflects
-    on it) and the session's configuration is read again; what was set on it (the `spark.hadoop.*` settings) stays."""
+    on it) and the session's configuration is read again; what was set on it (the `spark.hadoop.*` settings) stays,
+    and so do the output committer's settings (`KEPT_HADOOP_DEFAULTS`), set with the values the files gave them."""
     lang_class = jvm_class(spark, "java.lang.Class")
     loader = jvm_class(spark, "java.lang.Thread").currentThread().getContextClassLoader()
     for name in HADOOP_DEFAULTS_ADDERS:
@@ -370,14 +374,18 @@ def core_hadoop_defaults(spark: SparkSession) -> None:
             lang_class.forName(name, True, loader)
         except Py4JError:
             log.debug("hadoop defaults: %s is not on the class path", name)
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    kept = dict(hadoop_conf.getValByRegex(KEPT_HADOOP_DEFAULTS))
     field = lang_class.forName("org.apache.hadoop.conf.Configuration").getDeclaredField("defaultResources")
     field.setAccessible(True)
     resources = field.get(None)
     for name in [str(n) for n in resources.toArray()]:
         if name not in CORE_HADOOP_DEFAULTS:
             resources.remove(name)
-    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
     hadoop_conf.reloadConfiguration()
+    for key, value in kept.items():
+        if hadoop_conf.get(key) is None:
+            hadoop_conf.set(key, value)
     log.info("hadoop configurations read %s only (spark.hadoop_defaults: core): %d entries",
              " and ".join(CORE_HADOOP_DEFAULTS), hadoop_conf.size())
 

@@ -373,6 +373,8 @@ def test_a_core_session_reads_hadoops_core_files_only_after_the_classes_that_add
         assert conf.get("yarn.resourcemanager.address") is None  # yarn-default.xml's
         assert conf.get("fs.s3a.impl") == "org.apache.hadoop.fs.s3a.S3AFileSystem"  # core-default.xml's
     assert hadoop_conf.get("fs.s3a.endpoint") == local_config.spark.conf["spark.hadoop.fs.s3a.endpoint"]
+    # mapred-default.xml's committer algorithm, not Hadoop's code's (2): Spark's file writes commit as before.
+    assert hadoop_conf.get("mapreduce.fileoutputcommitter.algorithm.version") == "1"
     assert hadoop_conf.size() < 500  # 990 with every file
 
 
