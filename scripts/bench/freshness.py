@@ -16,7 +16,9 @@ never touches again keeps it). Freshness of a transaction = the latest completio
 rows - its commit.
 
 The run is invalid below 95% of the asked rate, and fails when a transaction is not in Silver 60 s after the
-workload ends, or when a table then differs from PostgreSQL.
+workload ends, or when a table then differs from PostgreSQL. That check reads every table with Spark; it waits for
+the consumer's commits to stop first, so that it does not share the cores with the batches that hold the last
+transactions.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ SETTLE_S = 60.0
 # interval loses no precision; archival keeps at least the newest 10 commits of a table (`hoodie.keep.min.commits`),
 # so none goes unseen. Fewer listings leave more of the machine to the job the bench measures.
 POLL_S = 2.0
+QUIET_POLLS = 2  # polls with no new commit before the check at the end reads the tables (`_quiet`)
 HISTORY_EVERY = 5  # polls between listings of the timeline's history (archival's manifests)
 
 
@@ -216,7 +219,9 @@ class FreshnessRun:
                 held[n] = {r["id"]: r["_hoodie_commit_time"] for r in df.select("id", "_hoodie_commit_time").collect()}
             return all(expected[n] <= set(held[n]) for n in range(tables))
 
-        self._wait(all_held, self.workload.settle_s, "every transaction in Silver", poll_s=3.0)
+        settle_end = time.monotonic() + self.workload.settle_s
+        self._quiet(transactions[-1].committed, settle_end)
+        self._wait(all_held, max(settle_end - time.monotonic(), 0.0), "every transaction in Silver", poll_s=3.0)
         watcher.poll()
         lags = []  # in commit order, of the measured transactions
         measured = [t for t in transactions if t.measured]
@@ -264,6 +269,24 @@ class FreshnessRun:
                 if at >= since:
                     batches.append((rows.get(done[1], 0), float(done[2])))
         return batches
+
+    def _quiet(self, last_committed: float, deadline: float) -> None:
+        """Until the consumer has stopped committing: a commit completed after the workload's last transaction, then
+        none for `QUIET_POLLS` of the watcher's polls (or `deadline`, monotonic). The check that follows reads every
+        table with Spark in this process; run while the consumer's last batches still commit, it would take the
+        cores of the 2 the consumer has, and lengthen those batches: the last seconds' transactions (the run's
+        slowest twentieth is what p95 measures) would wait for the bench, not for the consumer."""
+        seen, quiet = -1, 0
+        while time.monotonic() < deadline and quiet < QUIET_POLLS:
+            # Copies taken at once (the watcher's thread adds to them).
+            ends = [end for completed in list(self.watcher.completed.values()) for end in list(completed.values())]
+            if len(ends) == seen and ends and max(ends) >= last_committed:
+                quiet += 1
+            else:
+                seen, quiet = len(ends), 0
+            if self.job is not None and self.job.poll() is not None:
+                return  # the check that follows reports it
+            time.sleep(POLL_S)
 
     def _wait(self, done: Any, timeout_s: float, what: str, poll_s: float = 0.5) -> None:
         deadline = time.monotonic() + timeout_s
