@@ -273,9 +273,9 @@ class FreshnessRun:
     def _quiet(self, last_committed: float, deadline: float) -> None:
         """Until the consumer has stopped committing: a commit completed after the workload's last transaction, then
         none for `QUIET_POLLS` of the watcher's polls (or `deadline`, monotonic). The check that follows reads every
-        table with Spark in this process; run while the consumer's last batches still commit, it would take the
-        cores of the 2 the consumer has, and lengthen those batches: the last seconds' transactions (the run's
-        slowest twentieth is what p95 measures) would wait for the bench, not for the consumer."""
+        table with Spark in this process; run while the consumer's last batches still commit, it would share the
+        machine's two cores with them and lengthen them: the last seconds' transactions, measured like the others,
+        would wait for the bench, not for the consumer."""
         seen, quiet = -1, 0
         while time.monotonic() < deadline and quiet < QUIET_POLLS:
             # Copies taken at once (the watcher's thread adds to them).
