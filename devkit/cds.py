@@ -7,7 +7,11 @@ once, then `-XX:SharedArchiveFile`) maps them instead, verified already: a drive
 a third less CPU here (`python -m devkit.cds --measure`). The suite starts a few hundred drivers on two cores.
 
 The archive holds the classes one short run loaded: a session built as the job builds it (app/spark.py), Hudi
-Copy-on-Write and Merge-on-Read upserts and reads on a local folder, Avro and Kafka source planning. A JVM uses it
+Copy-on-Write and Merge-on-Read upserts and reads on a local folder, Avro and Kafka source planning, and every class
+devkit/cds_classes.txt names, loaded by name without running it: those a job's run on the stack loads beyond the
+others (its Kafka reads, s3a and the AWS SDK, the metastore's client, streaming, caching, windows and aggregates),
+recorded from the class-loading log of such a run (`--record`). Janino's classes are left out whatever the run:
+their jar is signed. A JVM uses it
 only when its class path starts with the one it was made with (every jar's size and time are checked too):
 drivers of `--jars-dir` get it, any other JVM silently loads its classes as before (`-Xshare:auto`, CDS logging off
 so that nothing reaches a process's output). It is made again when a jar, Python's pyspark or the JVM changes.
@@ -15,6 +19,8 @@ so that nothing reaches a process's output). It is made again when a jar, Python
     python -m devkit.cds [--jars-dir .deps/spark --out .deps/cds/spark.jsa]   # made when missing or stale
     python -m devkit.cds --options      # the options that use it, for JAVA_TOOL_OPTIONS (scripts/test.sh)
     python -m devkit.cds --measure 3    # the workload's driver CPU without and with it, alternating
+    python -m devkit.cds --record LOG   # add the classes a driver loaded from jars to devkit/cds_classes.txt; LOG
+                                        # from -Xlog:class+load=info:file=LOG (spark.available_now_java_options)
 """
 from __future__ import annotations
 
@@ -29,6 +35,8 @@ import time
 from pathlib import Path
 
 import pyspark
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
@@ -37,6 +45,7 @@ from app.errors import required
 from app.spark import CDS_QUIET, build_session, class_archive_options
 
 ROOT = Path(__file__).resolve().parents[1]
+CLASS_LIST = Path(__file__).with_name("cds_classes.txt")  # one package a line: its name, then its classes' names
 
 
 def stamp_of(jars_dir: Path) -> str:
@@ -50,7 +59,56 @@ def stamp_of(jars_dir: Path) -> str:
     java = subprocess.run(["java", "-version"], check=False, capture_output=True, text=True, env={**os.environ,
                           "JAVA_TOOL_OPTIONS": ""}).stderr
     digest.update(java.encode())
+    digest.update(CLASS_LIST.read_bytes())
     return digest.hexdigest()
+
+
+def listed_classes(text: str) -> list[str]:
+    """The class names of a class list (CLASS_LIST's format)."""
+    return [f"{package}.{name}" for line in text.splitlines() if line.strip()
+            for package, *names in [line.split()] for name in names]
+
+
+def recorded_classes(log_text: str) -> set[str]:
+    """The classes a `-Xlog:class+load` log shows loaded from a jar or the JDK's modules, not from an archive;
+    classes generated at run time (lambdas, reflection accessors, Spark's generated code) are left out."""
+    found = set()
+    for line in log_text.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or parts[-2] != "source:" or not parts[-1].startswith(("file:", "jar:", "jrt:")):
+            continue
+        name = parts[-3]
+        if "$$Lambda" in name or "GeneratedClass" in name or name.startswith("jdk.internal.reflect.Generated"):
+            continue
+        found.add(name)
+    return found
+
+
+def record(log: Path) -> int:
+    """Add the classes of a class-loading log to CLASS_LIST; returns how many were new."""
+    known = set(listed_classes(CLASS_LIST.read_text()))
+    new = recorded_classes(log.read_text(errors="replace")) - known
+    packages: dict[str, list[str]] = {}
+    for name in sorted(known | new):
+        package, _, simple = name.rpartition(".")
+        packages.setdefault(package, []).append(simple)
+    CLASS_LIST.write_text("".join(f"{p} {' '.join(names)}\n" for p, names in sorted(packages.items())))
+    return len(new)
+
+
+def load_listed(spark: SparkSession) -> int:
+    """Load CLASS_LIST's classes into the driver JVM by name, none initialized; returns how many were found (a
+    jar of another version may lack some)."""
+    jvm = required(spark.sparkContext._jvm, "the Spark JVM gateway")
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    found = 0
+    for name in listed_classes(CLASS_LIST.read_text()):
+        try:
+            jvm.java.lang.Class.forName(name, False, loader)
+            found += 1
+        except Py4JJavaError:
+            pass
+    return found
 
 
 def workload(jars_dir: Path, java_options: str) -> float:
@@ -84,6 +142,7 @@ def workload(jars_dir: Path, java_options: str) -> float:
         spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:1").option(
             "subscribePattern", "x").load().select(from_avro(F.col("value"), schema))
         jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+        load_listed(spark)
         proc = required(spark.sparkContext._gateway, "the Spark JVM gateway").proc
         with open(f"/proc/{proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -146,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measure", type=int, metavar="RUNS", help="time the workload with and without it")
     parser.add_argument("--options", action="store_true",
                         help="print the JVM options that use the archive (nothing when it is missing or stale)")
+    parser.add_argument("--record", type=Path, metavar="LOG",
+                        help="add the classes a -Xlog:class+load log shows loaded from jars to devkit/cds_classes.txt")
     parser.add_argument("--dump", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--run", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -153,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         options = f"-XX:ArchiveClassesAtExit={args.dump} {CDS_QUIET}" if args.dump else args.run
         print(workload(args.jars_dir, options), flush=True)
         os._exit(0)  # pyspark's exit handlers would talk to the driver JVM that has ended
+    elif args.record:
+        print(f"cds: {record(args.record)} classes added to {CLASS_LIST}")
     elif args.options:
         print(class_archive_options(args.out) if fresh(args.jars_dir, args.out) else "")
     elif args.measure:

@@ -314,7 +314,8 @@ class TableWriter:
             step.enter("upsert", plan.stats.steps_s)
             max_position = _max_position(counts, plan.topics_per_source())
             self._upsert(target, rows_df, step, query_id, rows=counts["upserts"] + counts["deletes"],
-                         metadata=commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity))
+                         metadata=commit_metadata(batch_offsets, committed, max_position, plan.route.source_identity),
+                         first_rows=counts["upserts"] if committed is None else 0)
         finally:
             judged_df.unpersist()
         if recorded:
@@ -350,13 +351,15 @@ class TableWriter:
 
     def _upsert(
         self, target: HudiTarget, rows_df: DataFrame, step: Step, query_id: str, *, rows: int,
-        metadata: dict[str, str],
+        metadata: dict[str, str], first_rows: int = 0,
     ) -> None:
         """The Hudi write of the table's rows (one per key: the latest event of each, `_written`), the batch's offsets
-        in its commit's `metadata`; meta sync when due."""
+        in its commit's `metadata`; meta sync when due. `first_rows`: the rows that are not deletes, when the table
+        recorded no offsets yet (a new table's first commit is a bulk insert of them: app/sink/hudi.py
+        `write_silver`)."""
         sync = self.meta_sync.write_options(target, rows_df)
         options = {**sized_options(target, rows), **self.hooks.write_options(target.path), **metadata, **sync}
-        write_silver(rows_df, target, step.batch_id, query_id, options, unique_rows=True)
+        write_silver(rows_df, target, step.batch_id, query_id, options, unique_rows=True, first_rows=first_rows)
         self.meta_sync.written(target, rows_df, options)
 
     def _with_truncate_deletes(self, plan: TablePlan, target: HudiTarget, step: Step) -> TablePlan:

@@ -310,7 +310,7 @@ class SparkConfig:
     # made with; otherwise the JVM loads its classes as usual. Unset: none (EMR).
     class_archive: str | None = None
     # Driver JVM options added for an `--available-now` run only, a process that ends once its backlog is written,
-    # where the JIT's warm-up is much of the run (the C1 compiler only and the serial collector: the demo's runs
+    # where the JIT's warm-up is much of the run (the C1 compiler only and the parallel collector: the demo's runs
     # faster, a large backlog slower, docs/performance.md). A stream does not get them: C2 pays back. Their collector
     # must be the one `spark.driver.extraJavaOptions` names, if any (a JVM given two refuses to start); one that
     # JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS or _JAVA_OPTIONS names replaces theirs (a WARNING says so). Under

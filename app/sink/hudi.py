@@ -229,6 +229,9 @@ def index_options(target: HudiTarget, spark: SparkSession) -> dict[str, str]:
 # For an upsert whose input holds one row per record key: no de-duplication by Hudi first (it merges each row with
 # the table's by `precombine.field` all the same). About a tenth of a small commit's time (docs/performance.md).
 UNIQUE_ROWS = {"hoodie.combine.before.upsert": "false"}
+# A new table's first commit (write_silver `first_rows`): Hudi's bulk insert writes the rows as they come, with no
+# index look-up and no workload profile, each a Spark job of an upsert (docs/performance.md).
+BULK_INSERT = {"hoodie.datasource.write.operation": "bulk_insert", "hoodie.bulkinsert.sort.mode": "NONE"}
 SYNC_OFF = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
 
 
@@ -252,13 +255,18 @@ def catalog_tables(target: HudiTarget) -> list[str]:
 
 def write_silver(
     rows_df: DataFrame, target: HudiTarget, batch_id: int, query_id: str, extra: dict[str, str] | None = None, *,
-    unique_rows: bool = False,
-) -> None:
+    unique_rows: bool = False, first_rows: int = 0,
+) -> bool:
     """Upsert the batch's latest row per key (deletes flagged in `_hoodie_is_deleted`) into the table; a table
     whose creation was interrupted is created afresh first (app/sink/creation.py). `unique_rows`: the caller
     guarantees one row per record key (the job's batches: app/cdc/unwrap.py `with_latest_flag`), so Hudi's own
     de-duplication of the input before the upsert (a shuffle of every row by key) is skipped (UNIQUE_ROWS); what
     rows sharing a key would then leave is undefined (both kept, or either one).
+
+    `first_rows`: with `unique_rows`, how many of the rows are not deletes (0: unknown). When that is some and the
+    table has no completed commit yet, the write is its first commit, made by Hudi's bulk insert (BULK_INSERT) of
+    those rows: an empty table holds nothing to delete or merge with. A partitioned table is upserted all the same
+    (its record-level index is kept by the upsert's commit). Returns whether the write was a bulk insert.
 
     Raises:
         SinkWriteError: the table's folder holds data but no table properties.
@@ -267,10 +275,17 @@ def write_silver(
         raise ValueError(f"{target.qualified_name}: rows lack {DELETED_COL}/{POSITION_COL}")
     if target.key_lengths:
         rows_df = with_key_lengths(rows_df, target.record_key)
-    repair_interrupted_creation(rows_df.sparkSession, target.path, target.qualified_name)
-    options = {**write_options(target, batch_id, query_id), **index_options(target, rows_df.sparkSession),
+    spark = rows_df.sparkSession
+    repair_interrupted_creation(spark, target.path, target.qualified_name)
+    options = {**write_options(target, batch_id, query_id), **index_options(target, spark),
                **(UNIQUE_ROWS if unique_rows else {}), **(extra or {})}
+    bulk = unique_rows and first_rows > 0 and target.partition is None and not table_exists(spark, target.path)
+    if bulk:
+        log.info("batch=%s table=%s: its first commit, a bulk insert of its rows (%d upserts, deletes dropped)",
+                 batch_id, target.qualified_name, first_rows)
+        rows_df, options = rows_df.filter(~F.col(DELETED_COL)), {**options, **BULK_INSERT}
     rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
+    return bulk
 
 
 def key_lengths_needed(target: HudiTarget, events_df: DataFrame) -> bool:

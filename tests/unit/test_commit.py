@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import JobConfig, parse_config
+from app.config import JobConfig, PartitionSpec, parse_config
 from app.errors import ResumeError
 from app.main import parse_args
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed, parse_committed
@@ -142,6 +142,59 @@ def test_hudi_de_duplicates_an_upserts_input_unless_told_its_rows_are_unique(
     assert len(written) == rows
     if not unique_rows:
         assert written[0]["v"] == "new"  # the higher position
+
+
+def _operations(spark: SparkSession, path: str) -> list[str]:
+    """The write operation of each completed commit or delta commit of the table, oldest first."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = jvm.org.apache.hudi.storage.hadoop.HadoopStorageConfiguration(spark.sparkContext._jsc.hadoopConfiguration())
+    meta_client = jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder().setConf(conf).setBasePath(
+        path).build()
+    timeline = meta_client.getCommitsTimeline().filterCompletedInstants()
+    return [str(jvm.org.apache.hudi.common.table.timeline.TimelineUtils.getCommitMetadata(i, timeline)
+                .getOperationType()) for i in timeline.getInstants()]
+
+
+@pytest.mark.stack
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_a_new_tables_first_commit_is_a_bulk_insert_of_its_rows_that_are_not_deletes(
+    spark: SparkSession, tmp_path: Path, table_type: str
+) -> None:
+    # The job's first write of a table (first_rows: its upserts) bulk-inserts them: the table is empty, so its
+    # deletes are dropped, and the commit records the batch's offsets as an upsert's would. The next write upserts.
+    target = _target(tmp_path / "t", table_type)
+    schema = "id int, v string, _cdc_position string, _hoodie_is_deleted boolean"
+    first = spark.createDataFrame([(1, "a", "01", False), (2, "b", "01", False), (3, None, "01", True)], schema)
+    batch = OffsetRanges({("topic", 0): (0, 2)})
+    bulk = write_silver(first, target, 0, "q", {**NO_SYNC, **commit_metadata(batch, None, "01")}, unique_rows=True,
+                        first_rows=2)
+    assert bulk
+    committed = last_committed(spark, target.path)
+    assert committed is not None and dict(committed.last) == {("topic", 0): 2} and committed.max_position == "01"
+    second = spark.createDataFrame([(1, "a2", "02", False), (2, None, "02", True), (4, "d", "02", False)], schema)
+    again = write_silver(second, target, 1, "q", {**NO_SYNC, **commit_metadata(
+        OffsetRanges({("topic", 0): (3, 5)}), committed, "02")}, unique_rows=True, first_rows=2)
+    assert not again  # the table exists: an upsert
+    rows = spark.read.format("hudi").load(target.path).select("id", "v").orderBy("id").collect()
+    assert [tuple(r) for r in rows] == [(1, "a2"), (4, "d")]
+    # (Merge-on-Read then compacts: _target's compaction_delta_commits is 2.)
+    assert _operations(spark, target.path)[:2] == ["BULK_INSERT", "UPSERT"]
+
+
+@pytest.mark.stack
+def test_a_first_write_of_deletes_only_or_of_a_partitioned_table_is_an_upsert(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    schema = "id int, day string, _cdc_position string, _hoodie_is_deleted boolean"
+    deletes = spark.createDataFrame([(1, "d1", "01", True)], schema)
+    target = _target(tmp_path / "deletes")
+    assert not write_silver(deletes, target, 0, "q", NO_SYNC, unique_rows=True, first_rows=0)
+    assert spark.read.format("hudi").load(target.path).count() == 0
+    rows = spark.createDataFrame([(1, "d1", "01", False)], schema)
+    partitioned = dataclasses.replace(_target(tmp_path / "partitioned"), partition=PartitionSpec("day", "value"))
+    assert not write_silver(rows, partitioned, 0, "q", NO_SYNC, unique_rows=True, first_rows=1)
+    assert _operations(spark, partitioned.path) == ["UPSERT"]
 
 
 def _config(tmp_path: Path) -> JobConfig:

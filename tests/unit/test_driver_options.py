@@ -146,14 +146,15 @@ def test_two_collectors_are_a_config_error() -> None:
 
 def test_conf_local_gives_a_stream_the_parallel_collector(monkeypatch: pytest.MonkeyPatch) -> None:
     """conf/local.yaml's stream gets the parallel collector (docs/performance.md), which its driver's own options
-    must then not contradict; an --available-now run keeps the serial one."""
+    must then not contradict; so does an --available-now run, with the C1 compiler only."""
     for name in ENVIRONMENT_JAVA_OPTIONS:
         monkeypatch.delenv(name, raising=False)
     spark = parse_config(yaml.safe_load(LOCAL_CONF.read_text())).spark
     stream = driver_java_options(spark, stream=True)
     assert "-XX:+UseParallelGC" in stream and "UseG1GC" not in stream, stream
     available_now = driver_java_options(spark, with_available_now_options=True)
-    assert "-XX:+UseSerialGC" in available_now and "Parallel" not in available_now, available_now
+    assert "-XX:+UseParallelGC" in available_now and "Serial" not in available_now, available_now
+    assert "-XX:TieredStopAtLevel=1" in available_now, available_now
 
 
 def test_the_environments_collector_wins_over_the_configs(
