@@ -73,7 +73,7 @@ def job_conf(folder: Path) -> Path:
     # The class archive by its absolute path (the job runs in `folder`); submit.sh hands it to the driver JVM.
     raw["spark"]["class_archive"] = str(ROOT / ".deps" / "cds" / "spark.jsa")
     # conf/local.yaml's options of an --available-now run, for topics holding few records: submit.sh counts them.
-    assert raw["spark"]["available_now_java_options"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    assert raw["spark"]["available_now_java_options"] == "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
     assert raw["spark"]["available_now_java_options_max_records"] >= ROWS
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -103,12 +103,12 @@ def test_local_lake_with_meta_sync(spark: SparkSession, pg_conn: psycopg.Connect
     assert any(re.search(r"app\.job: driver JVM up [\d.]+ s, CPU [\d.]+ s; JIT compilers busy [\d.]+ s", line)
                for line in lines), "\n".join(lines[-20:])
     # The driver JVM was given the config's class archive (scripts/test.sh makes it) and its --available-now
-    # options (C1 only, the serial collector) by submit.sh, not by the tests' JAVA_TOOL_OPTIONS, which went without
+    # options (C1 only, the parallel collector) by submit.sh, not by the tests' JAVA_TOOL_OPTIONS, which went without
     # them: the test's topic holds its ROWS records, within the config's limit, as submit.sh's count says (the job
     # itself, started by spark-submit's driver, does not count again).
     assert any(f"app.job: the topics hold {ROWS} records, within spark.available_now_java_options_max_records"
                in line for line in lines), [line for line in lines if "app.job" in line][:5]
-    assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa, compilers C1 only, collector Serial" in line
+    assert any(f"driver class archive {ROOT}/.deps/cds/spark.jsa, compilers C1 only, collector Parallel" in line
                for line in lines), [line for line in lines if "session up" in line]
     # Every batch's metrics line was written, the last one's too (its query's progress delivered before the process
     # ended), and the JVM never called into a Python process that had left.
