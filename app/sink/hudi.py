@@ -231,8 +231,8 @@ def index_options(target: HudiTarget, spark: SparkSession) -> dict[str, str]:
 UNIQUE_ROWS = {"hoodie.combine.before.upsert": "false"}
 # A new table's first commit (write_silver `first_rows`): Hudi's bulk insert writes the rows as they come, with no
 # index look-up and no workload profile, each a Spark job of an upsert (docs/performance.md). Not its row writer:
-# that writes arrays in Spark's Parquet layout, not the Avro one every later merge writes, and takes an empty text key
-# for none; through Hudi's records, keys and files are an upsert's.
+# with it a rebuilt table's array columns differed from the source, and an empty text key was refused as none;
+# through Hudi's records, keys and files are an upsert's.
 BULK_INSERT = {"hoodie.datasource.write.operation": "bulk_insert", "hoodie.bulkinsert.sort.mode": "NONE",
                "hoodie.datasource.write.row.writer.enable": "false"}
 SYNC_OFF = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
