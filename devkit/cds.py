@@ -14,7 +14,8 @@ recorded from the class-loading log of such a run (`--record`). Janino's classes
 their jar is signed. A JVM uses it
 only when its class path starts with the one it was made with (every jar's size and time are checked too):
 drivers of `--jars-dir` get it, any other JVM silently loads its classes as before (`-Xshare:auto`, CDS logging off
-so that nothing reaches a process's output). It is made again when a jar, Python's pyspark or the JVM changes.
+so that nothing reaches a process's output). It is made again when a jar, Python's pyspark, the JVM or the class
+list changes.
 
     python -m devkit.cds [--jars-dir .deps/spark --out .deps/cds/spark.jsa]   # made when missing or stale
     python -m devkit.cds --options      # the options that use it, for JAVA_TOOL_OPTIONS (scripts/test.sh)
