@@ -72,29 +72,14 @@ def position_column(source: Column, kind: str, fields: Collection[str] = ()) -> 
         committed = lsn
         if "sequence" in fields:  # ["<last commit LSN>", "<LSN>"], set also on an incremental snapshot's reads
             sequence = source["sequence"]
-            lsn = F.coalesce(lsn, _sequence_lsn(sequence, 1))
-            committed = F.coalesce(_sequence_lsn(sequence, 0), lsn)
+            lsn = F.coalesce(lsn, F.get_json_object(sequence, "$[1]").cast("long"))
+            committed = F.coalesce(F.get_json_object(sequence, "$[0]").cast("long"), lsn)
         return F.concat(postgres_position(committed), F.lit(":"), postgres_position(lsn))
     if kind == MYSQL:
         return mysql_position(source["file"], source["pos"], source["row"])
     if kind == SQLSERVER:
         return sqlserver_position(source["commit_lsn"], source["change_lsn"], source["event_serial_no"])
     raise ValueError(f"unknown connector kind {kind!r}")
-
-
-# PostgreSQL's source.sequence is a JSON array of two LSNs, each a string of digits or null: '["22910216","22910504"]'
-# or '[null,"22910504"]'. Each item is read on its own, as get_json_object's "$[0]" and "$[1]" would.
-_SEQUENCE_ITEM = r'\s*"?(-?\d+)"?\s*[,\]]'
-_SEQUENCE_ITEMS = (r"^\s*\[" + _SEQUENCE_ITEM, r'^\s*\[\s*(?:"[^"]*"|[^,\]"]*)\s*,' + _SEQUENCE_ITEM)
-
-
-def _sequence_lsn(sequence: Column, item: int) -> Column:
-    """Item 0 or 1 of a PostgreSQL event's `sequence` as a long; null when it is null, or not a number.
-
-    A regular expression, not `get_json_object`: Spark 3.5 has no generated code for that, and one such expression
-    keeps the unwrap's whole Project out of whole-stage code generation (docs/performance.md)."""
-    digits = F.regexp_extract(sequence, _SEQUENCE_ITEMS[item], 1)
-    return F.when(digits != F.lit(""), digits.cast("long"))
 
 
 def postgres_position(lsn: Column) -> Column:

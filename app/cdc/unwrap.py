@@ -337,12 +337,11 @@ def unwrap_flattened(
 
 def _names_where(flags: Mapping[str, Column]) -> Column:
     """An array<string> of the names whose flag is true."""
-    none = F.array().cast("array<string>")
     if not flags:
-        return none
-    # Arrays joined, not a lambda's `filter`: Spark 3.5 has no generated code for higher-order functions, which
-    # would keep the unwrap's whole Project out of whole-stage code generation (docs/performance.md).
-    return F.concat(*[F.when(flag, F.array(F.lit(name))).otherwise(none) for name, flag in flags.items()])
+        return F.array().cast("array<string>")
+    return F.filter(
+        F.array(*[F.when(flag, F.lit(name)) for name, flag in flags.items()]), lambda x: x.isNotNull()
+    )
 
 
 def with_soft_deletes(df: DataFrame, key_columns: Sequence[str], value_columns: Sequence[str]) -> DataFrame:

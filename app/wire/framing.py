@@ -153,16 +153,11 @@ def _first(ok: Column, choice: list[_Parse], attr: str) -> Column:
 
 
 def _header(name: str, has_headers: bool) -> Column:
-    """The last value of a record header (Kafka's lastHeader), or null.
-
-    Found by position in the reversed header names, not with a lambda (`filter`): Spark 3.5 has no generated code for
-    higher-order functions, so an expression holding one keeps its whole Filter or Project out of whole-stage code
-    generation, and each task of it generates that node's code again (docs/performance.md)."""
+    """The last value of a record header (Kafka's lastHeader), or null."""
     if not has_headers:
         return F.lit(None).cast("binary")
-    headers = F.col("headers")
-    from_end = F.array_position(F.reverse(headers["key"]), name).cast("int")  # 0: absent; null: no headers
-    return F.when(from_end > 0, F.try_element_at(headers, -from_end)["value"])
+    matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.try_element_at(matches, F.lit(-1))["value"]
 
 
 def _header_parse(data: Column, side: str, has_headers: bool) -> _Parse:

@@ -26,13 +26,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from app.batch.planner import Planner
 from app.cdc.debezium_types import reader_schema
-from app.config import JobConfig
-from app.routing.route import TableRoute
 from app.wire.decode import decode_value
-from app.wire.framing import Framing, with_framing, with_source_framings
-from app.wire.registry import RegistryClient
+from app.wire.framing import Framing, with_framing
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 MODES = [f"{framing}-{id_type}" for framing in ("headers", "id8", "id4") for id_type in ("contentId", "globalId")]
@@ -165,37 +161,3 @@ def test_each_file_records_its_converter_settings() -> None:
     )
     assert settings["id4-globalId"]["value.converter.apicurio.registry.as-confluent"] == "true"
     assert {s["value.converter.apicurio.registry.use-id"] for s in settings.values()} == {"contentId", "globalId"}
-
-
-def _outside_whole_stage_code(df: DataFrame) -> list[str]:
-    """The Project and Filter nodes of the frame's physical plan that run outside whole-stage code generation (inside
-    one, a node prints as `*(1) Project`): each task of such a node generates its code again."""
-    plan = df._jdf.queryExecution().executedPlan().toString()
-    nodes = (line.lstrip(" :+-") for line in plan.splitlines())
-    return [node[:160] for node in nodes if node.startswith(("Project ", "Filter "))]
-
-
-@pytest.mark.parametrize("mode", [*MODES, "auto-contentId"])
-def test_a_topics_decode_plan_is_whole_stage_code_generated(
-    spark: SparkSession, local_config: JobConfig, mode: str
-) -> None:
-    # Framing (its header look-ups), decode, unwrap and the source position: no expression without generated code
-    # (a lambda's higher-order function, get_json_object) may keep a node of them out of whole-stage code generation.
-    framing_mode, id_type = mode.split("-")
-    doc = _load(mode if framing_mode != "auto" else f"headers-{id_type}")
-    topic = doc["topic"]
-    value_ref, schema_json = next((ref, text) for ref, text in doc["schemas"].items() if '"Envelope"' in text)
-    ref_type, schema_id = value_ref.split(":")
-    framing = Framing(framing_mode, id_type)  # type: ignore[arg-type]
-    framed_df = with_source_framings(_raw_df(spark, doc), [(topic.split(".")[0], framing)])
-    slice_df = framed_df.filter(
-        (F.col("topic") == topic) & (F.col("value_id_type") == ref_type) & (F.col("value_schema_id") == int(schema_id))
-    )
-    route = TableRoute(topic=topic, source_schema="public", source_table="items", database="golden", table="items",
-                       record_key=("region", "id"))
-    planner = Planner(local_config, RegistryClient.from_config(local_config.registry))
-
-    events_df = planner.events_slice(slice_df, schema_json, route, value_ref).events_df
-
-    assert "_cdc_position" in events_df.columns
-    assert _outside_whole_stage_code(events_df) == []

@@ -19,7 +19,6 @@ from app.cdc.position import (
     MYSQL,
     POSTGRESQL,
     SQLSERVER,
-    _sequence_lsn,
     connector_kind,
     position_column,
 )
@@ -187,24 +186,3 @@ def test_connector_kind_from_the_source_record(fields: list[str], kind: str) -> 
 def test_connector_kind_refuses_a_source_without_position() -> None:
     with pytest.raises(EnvelopeError, match="no position fields"):
         connector_kind(["version", "connector", "ts_ms"])
-
-
-SEQUENCES = [
-    '["22910216","22910504"]', '[null,"22910504"]', '["22910216",null]', '[null,null]', '[ "1" , "2" ]', '[1,2]',
-    '["-5","7"]', '["x","2"]', '["1","y"]', '["9223372036854775808","3"]', '[]', '["4"]', '["1","2","3"]',
-    '["a,b","5"]', "garbage", "", None,
-]
-
-
-def test_a_postgres_sequence_is_read_item_by_item_as_get_json_object_reads_it(spark: SparkSession) -> None:
-    # The job reads the sequence with a regular expression (generated code, unlike get_json_object); on every
-    # form, Debezium's and malformed ones, each item must be the long get_json_object's "$[i]" gives.
-    df = spark.createDataFrame([(s,) for s in SEQUENCES], "sequence string")
-    rows = df.select(
-        "sequence",
-        *[_sequence_lsn(F.col("sequence"), i).alias(f"item{i}") for i in (0, 1)],
-        *[F.get_json_object("sequence", f"$[{i}]").cast("long").alias(f"json{i}") for i in (0, 1)],
-    ).collect()
-
-    assert [(r.sequence, r.item0, r.item1) for r in rows] == [(r.sequence, r.json0, r.json1) for r in rows]
-    assert rows[0].item0 == 22910216 and rows[1].item1 == 22910504  # not all null
