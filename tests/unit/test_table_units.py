@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
+from pyspark.sql import SparkSession
 
 from app.batch.plan import TablePlan, TableTopics
-from app.batch.processor import BronzeGate, BronzeNotWritten, TableUnits
+from app.batch.processor import BronzeGate, BronzeNotWritten, TableUnits, kept_records
 from app.batch.writer import Step, TableWriter
 from app.hooks import Hooks
 
@@ -180,3 +181,23 @@ def test_the_gate_times_bronze_and_raises_for_each_waiting_unit() -> None:
     for _ in range(2):
         with pytest.raises(BronzeNotWritten, match="ZeroDivisionError"):
             failing.wait()
+
+
+def test_a_batchs_records_are_kept_in_a_partition_per_core_each_kafka_partition_whole(spark: SparkSession) -> None:
+    # Seven Kafka partitions (as a micro-batch reads them: a Spark partition each) on a session of two cores.
+    schema = "topic string, partition int, offset long"
+    rows = [(f"t{p}", p, offset) for p in range(7) for offset in range(5)]
+    batch_df = spark.createDataFrame(rows, schema).repartition(7, "partition")
+    few_df = spark.createDataFrame(spark.sparkContext.parallelize(rows[:5], 1), schema)  # one Kafka partition
+
+    kept_df, few_kept_df = kept_records(batch_df), kept_records(few_df)
+    try:
+        assert kept_df.rdd.getNumPartitions() == spark.sparkContext.defaultParallelism == 2
+        assert few_kept_df.rdd.getNumPartitions() == 1
+        assert kept_df.is_cached
+        assert sorted(kept_df.collect()) == sorted(batch_df.collect())
+        spread = kept_df.rdd.mapPartitionsWithIndex(lambda i, it: ((i, r.partition) for r in it)).distinct().collect()
+        assert sorted(p for _, p in spread) == list(range(7))  # each Kafka partition in one Spark partition only
+    finally:
+        kept_df.unpersist()
+        few_kept_df.unpersist()
