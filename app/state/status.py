@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
@@ -243,6 +242,8 @@ def read_status(location: str, s3_endpoint: str | None = None) -> dict[str, Any]
     if not location.startswith(("s3://", "s3a://")):
         with open(location, encoding="utf-8") as f:
             return dict(json.load(f))
+    import boto3  # noqa: PLC0415 - here, not at the top: the job never reads its status so, and it takes 0.08 s
+
     bucket, _, key = location.split("://", 1)[1].partition("/")
     client = boto3.client("s3", endpoint_url=s3_endpoint) if s3_endpoint else boto3.client("s3")
     try:

@@ -73,7 +73,8 @@ def job_conf(folder: Path) -> Path:
     # The class archive by its absolute path (the job runs in `folder`); submit.sh hands it to the driver JVM.
     raw["spark"]["class_archive"] = str(ROOT / ".deps" / "cds" / "spark.jsa")
     # conf/local.yaml's options of an --available-now run, for topics holding few records: submit.sh counts them.
-    assert raw["spark"]["available_now_java_options"] == "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
+    assert raw["spark"]["available_now_java_options"] == (
+        "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:CICompilerCount=1")
     assert raw["spark"]["available_now_java_options_max_records"] >= ROWS
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(raw))
