@@ -251,8 +251,9 @@ class LakeConfig:
     # A batch's tables are written this many at a time, each table's unit on a thread of its own (its Spark jobs
     # in a FAIR scheduler pool of their own), each unit building its table's decode plan first (on the driver's
     # cores, beside the Bronze write, which a unit waits for before its first write); 1 plans and writes them one
-    # after another.
-    table_writers: int = 3
+    # after another. Four, not three: on 7 tables the seventh is not left alone on the two cores (B2's run 12.78 s
+    # against 13.24 s, B3's p95 on 7 tables within the machine's spread; docs/performance.md).
+    table_writers: int = 4
     # A table's records in a batch, up to this many, are judged and written from one Spark partition: its latest
     # event per key and its counts need no shuffle, and its Hudi upsert runs fewer tasks (B3's count step 12-20%
     # shorter; docs/performance.md). Above it, they keep the batch's partitions. 0: never.
