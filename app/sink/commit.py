@@ -30,7 +30,7 @@ from typing import Any, Final
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from app.sink.hudi import COMMIT_META_PREFIX, table_exists
+from app.sink.hudi import COMMIT_META_PREFIX, meta_client, table_exists
 from app.spark import jvm_class
 
 OFFSETS_KEY: Final = f"{COMMIT_META_PREFIX}offsets"
@@ -134,12 +134,8 @@ def last_committed(spark: SparkSession, table_path: str) -> Committed | None:
     """
     if not table_exists(spark, table_path):
         return None
-    storage_conf = jvm_class(spark, "org.apache.hudi.storage.hadoop.HadoopStorageConfiguration")
-    conf = storage_conf(spark.sparkContext._jsc.hadoopConfiguration())
-    meta_client = (jvm_class(spark, "org.apache.hudi.common.table.HoodieTableMetaClient").builder().setConf(conf)
-                   .setBasePath(table_path).build())
     timeline_utils = jvm_class(spark, "org.apache.hudi.common.table.timeline.TimelineUtils")
-    timeline = meta_client.getCommitsTimeline().filterCompletedInstants()
+    timeline = meta_client(spark, table_path).getCommitsTimeline().filterCompletedInstants()
     instants = timeline.getReverseOrderedInstants().iterator()
     while instants.hasNext():
         instant = instants.next()

@@ -336,6 +336,16 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     return found is not None and len(found) > 0
 
 
+def meta_client(spark: SparkSession, path: str) -> Any:
+    """A new Hudi meta client of the table at path (its timeline and schema), on the session's Hadoop settings.
+    Each call builds its own: one may be used from a thread of its own."""
+    conf = jvm_class(spark, "org.apache.hudi.storage.hadoop.HadoopStorageConfiguration")(
+        spark.sparkContext._jsc.hadoopConfiguration()
+    )
+    builder = jvm_class(spark, "org.apache.hudi.common.table.HoodieTableMetaClient").builder()
+    return builder.setConf(conf).setBasePath(path).build()
+
+
 @dataclass(frozen=True)
 class RecordedLayout:
     """What a Hudi table was created with (its hoodie.properties): fixed for the table's life."""

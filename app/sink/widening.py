@@ -59,7 +59,7 @@ from pyspark.sql.types import (
 )
 
 from app.errors import ColumnTypeChangeError
-from app.sink.hudi import SYNC_OFF, HudiTarget, table_exists, with_key_lengths, write_options
+from app.sink.hudi import SYNC_OFF, HudiTarget, meta_client, table_exists, with_key_lengths, write_options
 from app.spark import jvm_class
 
 log = logging.getLogger(__name__)
@@ -148,11 +148,7 @@ def _rewritable(old: str, new: DataType) -> bool:
 def table_column_types(spark: SparkSession, path: str) -> dict[str, str]:
     """The table's top-level columns and their types, from its latest commit's schema (the timeline, not the data):
     `decimal(p,s)` for a decimal, else the Avro type's name (`float`, `double`, `string`, `record`, ...)."""
-    storage_conf = jvm_class(spark, "org.apache.hudi.storage.hadoop.HadoopStorageConfiguration")
-    conf = storage_conf(spark.sparkContext._jsc.hadoopConfiguration())
-    meta_client = (jvm_class(spark, "org.apache.hudi.common.table.HoodieTableMetaClient").builder().setConf(conf)
-                   .setBasePath(path).build())
-    resolver = jvm_class(spark, "org.apache.hudi.common.table.TableSchemaResolver")(meta_client)
+    resolver = jvm_class(spark, "org.apache.hudi.common.table.TableSchemaResolver")(meta_client(spark, path))
     schema = json.loads(str(resolver.getTableAvroSchema(False).toString()))
     return {f["name"]: _type_name(f["type"]) for f in schema["fields"]}
 

@@ -15,7 +15,7 @@ from app.config import JobConfig, PartitionSpec, parse_config
 from app.errors import ResumeError
 from app.main import parse_args
 from app.sink.commit import Committed, OffsetRanges, commit_metadata, last_committed, parse_committed
-from app.sink.hudi import HudiTarget, write_silver
+from app.sink.hudi import HudiTarget, meta_client, write_silver
 from app.state.resume import checkpoint_applied, resume_offsets, starting_offsets_json
 
 NO_SYNC = {"hoodie.datasource.meta.sync.enable": "false", "hoodie.datasource.hive_sync.enable": "false"}
@@ -148,10 +148,7 @@ def _operations(spark: SparkSession, path: str) -> list[str]:
     """The write operation of each completed commit or delta commit of the table, oldest first."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    conf = jvm.org.apache.hudi.storage.hadoop.HadoopStorageConfiguration(spark.sparkContext._jsc.hadoopConfiguration())
-    meta_client = jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder().setConf(conf).setBasePath(
-        path).build()
-    timeline = meta_client.getCommitsTimeline().filterCompletedInstants()
+    timeline = meta_client(spark, path).getCommitsTimeline().filterCompletedInstants()
     return [str(jvm.org.apache.hudi.common.table.timeline.TimelineUtils.getCommitMetadata(i, timeline)
                 .getOperationType()) for i in timeline.getInstants()]
 
