@@ -242,7 +242,7 @@ def read_status(location: str, s3_endpoint: str | None = None) -> dict[str, Any]
     if not location.startswith(("s3://", "s3a://")):
         with open(location, encoding="utf-8") as f:
             return dict(json.load(f))
-    import boto3  # noqa: PLC0415 - here, not at the top: the job never reads its status so, and it takes 0.08 s
+    import boto3  # noqa: PLC0415 - here, not at the top: only tools read a status from S3; the import takes 0.08 s
 
     bucket, _, key = location.split("://", 1)[1].partition("/")
     client = boto3.client("s3", endpoint_url=s3_endpoint) if s3_endpoint else boto3.client("s3")
