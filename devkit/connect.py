@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
+from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,24 @@ def drop_replication_slot(connection: Any, slot: str, timeout_s: float = 30.0) -
             connection.execute("select pg_drop_replication_slot(%s)", (slot,))
             return
         time.sleep(0.5)
+
+
+def delete_topics(bootstrap: str, prefixes: tuple[str, ...], timeout_s: float = 60.0) -> list[str]:
+    """Delete the topics whose names start with one of `prefixes` and wait until the broker no longer lists them;
+    the topics deleted. A connector's topics outlive it: without this, every benchmark run or demo reset leaves
+    its topics on the broker for good."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefixes)]
+    if not topics:
+        return []
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        future.result()
+    deadline = time.monotonic() + timeout_s
+    while set(topics) & set(admin.list_topics(timeout=10).topics):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics not deleted after {timeout_s:.0f} s: {sorted(topics)}")
+        time.sleep(0.5)
+    return topics
 
 
 def heartbeat_config(table: str, interval_ms: int = 10_000) -> dict[str, str]:

@@ -29,7 +29,6 @@ from pathlib import Path
 import psycopg
 import pymysql
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,6 +42,7 @@ from devkit.connect import (  # noqa: E402
     ConnectClient,
     MariaDbSource,
     PostgresSource,
+    delete_topics,
     mariadb_connector_config,
     postgres_connector_config,
     unwrap_smt_config,
@@ -99,13 +99,7 @@ def reset(config: JobConfig, connect: ConnectClient, placement: tickit.Placement
         if time.monotonic() > deadline:
             raise RuntimeError(f"replication slot {slot} still active after the connector was deleted")
         time.sleep(0.5)
-    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
-    prefixes = tuple(s.topic_prefix + "." for s in sources(config))
-    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefixes)]
-    if topics:
-        for future in admin.delete_topics(topics, operation_timeout=30).values():
-            future.result()
-        _wait_topics_gone(admin, topics)
+    delete_topics(config.kafka.bootstrap_servers, tuple(s.topic_prefix + "." for s in sources(config)))
     tickit.drop(conn)  # all three systems in PostgreSQL, as an earlier PostgreSQL-only demo made them
     tickit.drop(placement)
     # Through Hadoop's FileSystem: the lake may be on s3a:// (the default) or local disk. The session stays
@@ -116,14 +110,6 @@ def reset(config: JobConfig, connect: ConnectClient, placement: tickit.Placement
     # The catalog's entries too: a table the catalog holds without its folder is one the job refuses as lost.
     for database in {*config.databases, config.lake.database}:
         spark.sql(f"DROP DATABASE IF EXISTS `{database}` CASCADE")
-
-
-def _wait_topics_gone(admin: AdminClient, topics: list[str]) -> None:
-    deadline = time.monotonic() + 60
-    while set(topics) & set(admin.list_topics(timeout=10).topics):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"topics not deleted: {topics}")
-        time.sleep(0.5)
 
 
 def topic_counts(config: JobConfig) -> dict[str, int]:

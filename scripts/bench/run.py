@@ -46,7 +46,8 @@ baseline, and the Spark settings, then the results; writes results.json, results
 (`pip install -e '.[bench]'`), freshness.png and batches.png to `--out`. Needs the local stack (scripts/stack.sh
 up) and, for ceiling and job-runs, records on the topics (scripts/demo.sh puts the demo's there); naive,
 freshness, backlog and soak make PostgreSQL schemas and connectors of their own. The lake is conf/local.yaml's (S3
-by default); what a run writes is removed at the end.
+by default); what a run writes is removed at the end, the topics of its connectors too. Before and after each
+scenario it times a fixed Python loop (best of 3): the machine's speed, which may change between runs and within one.
 
 Usage: .venv/bin/python scripts/bench/run.py [--scenario ceiling --scenario growth] [--runs 3] [--smoke]
 """
@@ -104,6 +105,7 @@ DEFAULT_SCENARIOS = SCENARIOS[:-1]  # the soak takes its own half hour: asked fo
 SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "warm_up": 5.0,
          "tables": [3], "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300, "layouts": ["cow"],
          "backlog_tables": 2}
+REFERENCE_LOOPS = 10_000_000  # reference_loop_s: about 0.45 s on the reference machine at its quickest
 SMOKE_SETTLE_S = 300.0  # the smoke asserts no times: its transactions may take longer to Silver on a busy machine
 log = logging.getLogger("bench")
 
@@ -130,6 +132,19 @@ def busy_cpu_s() -> float:
     """CPU seconds the whole machine has been busy (/proc/stat: all but idle and iowait)."""
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def reference_loop_s(loops: int = REFERENCE_LOOPS) -> float:
+    """The machine's speed now: the best of three runs of a fixed single-threaded Python loop (`loops`
+    multiplications). On this project's reference machine, the host's speed changes by up to 2x from one hour
+    to the next; measured before and after each scenario, it tells a slower figure of the code from one of the
+    machine (docs/performance.md "Reading the figures")."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        sum(i * i for i in range(loops))
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def alternate(sides: list[str], runs: int) -> list[str]:
@@ -770,6 +785,11 @@ def markdown(figures: list[Figure], details: dict[str, Any]) -> str:
     if phases:
         lines += ["", "| the job's batch (ceiling) | median s |", "|---|---:|"]
         lines += [f"| {phase} | {seconds:.2f} |" for phase, seconds in phases.items()]
+    machine = details.get("machine", {})
+    if machine:
+        lines += ["", "| the machine's speed: a fixed Python loop, best of 3 (s) | before | after |", "|---|---:|---:|"]
+        lines += [f"| {name} | {m['reference_loop_before_s']:.2f} | {m['reference_loop_after_s']:.2f} |"
+                  for name, m in machine.items()]
     tables = details.get("ceiling", {}).get("tables", {})
     if tables:
         lines += ["", "| table (ceiling, job side) | rows in | median s of its unit |", "|---|---:|---:|"]
@@ -884,6 +904,8 @@ def main(argv: list[str] | None = None) -> int:
     details: dict[str, Any] = {"scenarios": args.scenario, "runs": args.runs,
                                "spark_conf": {k: v for k, v in session_conf(config.spark, None).items()
                                               if not k.endswith("extraClassPath")}}
+    details["machine"] = {}
+    loops = REFERENCE_LOOPS // 10 if args.smoke else REFERENCE_LOOPS
     started = time.monotonic()
     if args.scenario:
         spark = build_session("bench", config.spark, config.metastore)
@@ -903,7 +925,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, scenario in scenarios.items():
                 if name not in args.scenario:
                     continue
+                before = reference_loop_s(loops)
                 found, details[name] = scenario()
+                details["machine"][name] = {"reference_loop_before_s": before, "reference_loop_after_s":
+                                            reference_loop_s(loops)}
                 figures += found
                 if name == "naive":
                     print("Hudi options of the naive baseline (each table):\n"

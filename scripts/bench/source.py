@@ -2,7 +2,7 @@
 framing), and the configs that point the job or the naive baseline (scripts/bench/naive.py) at its topics.
 
 Tables `t0 .. t<n-1>`: (id bigint primary key, tx bigint, v text, qty int), each seeded with `seed_rows` rows.
-On leaving, the connector, its replication slot and publication, and the schema are removed.
+On leaving, the connector, its replication slot and publication, the schema and the topics are removed.
 """
 from __future__ import annotations
 
@@ -23,7 +23,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.cdc.columns import SOFT_DELETED_COL
-from devkit.connect import ConnectClient, PostgresSource, drop_replication_slot, postgres_connector_config
+from devkit.connect import (
+    ConnectClient,
+    PostgresSource,
+    delete_topics,
+    drop_replication_slot,
+    postgres_connector_config,
+)
 
 PG_DSN = "host=127.0.0.1 port=5432 user=postgres password={password} dbname=source"
 CONNECT_URL = "http://127.0.0.1:8083"
@@ -83,6 +89,7 @@ class BenchSource:
         conn.execute(f"drop publication if exists {self.connector['publication.name']}")
         conn.execute(f"drop schema if exists {self.schema} cascade")
         conn.close()
+        delete_topics(self.bootstrap, (f"{self.prefix}.",))
         self.conn = None
 
     def execute(self, sql: str) -> None:

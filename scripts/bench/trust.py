@@ -13,8 +13,8 @@ records, each against a baseline measured in the same run on the same lake.
 3. The table's folder is removed and scripts/rebuild.py rebuilds it from Bronze (`--force`: the job has ended): time,
    seconds per 100,000 records, against the job's own from Kafka; then verify again (it must be equal).
 Each step is its own process, as a user runs it, so every figure includes a JVM start (about 25 s here). What the
-run made (schema, connector, lake folder, catalog database) is removed at the end. Prints the figures and writes
-results.json to `--out`. Needs the local stack (scripts/stack.sh up).
+run made (schema, connector and its topics, lake folder, catalog database) is removed at the end. Prints the figures
+and writes results.json to `--out`. Needs the local stack (scripts/stack.sh up).
 """
 from __future__ import annotations
 

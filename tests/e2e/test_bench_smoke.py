@@ -6,16 +6,18 @@ benchmark prints figures, the tests only keep it from rotting.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from app.sink.lakefs import list_files
-from tests.conftest import LOCAL_CONF, ROOT, RUN_ID
+from tests.conftest import KAFKA_BOOTSTRAP, LOCAL_CONF, ROOT, RUN_ID
 from tests.support.cdc import debezium_connector, wait_for_records
 from tests.support.pipeline import source_schema
 
@@ -75,6 +77,8 @@ def test_a_smoke_run_measures_every_figure_and_cleans_up(
         # Snapshot and changes: 40 + 5 items; 10 notes, a delete and its tombstone.
         records = len(wait_for_records(f"{PREFIX}.{SCHEMA}.items", 45)) + len(
             wait_for_records(f"{PREFIX}.{SCHEMA}.notes", 12))
+        admin = AdminClient({"bootstrap.servers": KAFKA_BOOTSTRAP})
+        topics_before = set(admin.list_topics(timeout=10).topics)
         done = subprocess.run(
             [sys.executable, str(BENCH), "--smoke", "--conf", str(conf), "--out", str(out)],
             capture_output=True, text=True, check=False, timeout=1200, cwd=ROOT,
@@ -107,7 +111,17 @@ def test_a_smoke_run_measures_every_figure_and_cleans_up(
         assert figures["growth", f"{layout} large / small", "ratio"]["median"] > 0
         assert "hoodie.datasource.write.recordkey.field" in report["details"]["growth"]["options"][layout]
         assert figures["widen", f"{layout} rewrite / upsert", "ratio"]["median"] > 0  # a widened decimal's rewrite
-    assert "| ceiling | job throughput as a share of the ceiling |" in (out / "results.md").read_text()
+    # The machine's speed before and after each scenario (a fixed loop's seconds), in the JSON and the table
+    machine = report["details"]["machine"]
+    assert set(machine) == {"ceiling", "naive", "freshness", "backlog", "growth", "widen"}
+    assert all(m["reference_loop_before_s"] > 0 and m["reference_loop_after_s"] > 0 for m in machine.values())
+    table = (out / "results.md").read_text()
+    assert "| the machine's speed: a fixed Python loop, best of 3 (s) | before | after |" in table
+    assert "| ceiling | job throughput as a share of the ceiling |" in table
     assert list_files(spark, f"{lake}/silver/_bench") == []
     databases = {r[0] for r in spark.sql("show databases").collect()}
     assert not {d for d in databases if d.startswith("bench_")}
+    # The connectors the bench made left no topic behind (scripts/bench/source.py names them b<label><hex><n>.)
+    bench_topic = re.compile(r"b[a-z][0-9a-f]{6}[0-9]+\.")
+    left = {t for t in set(admin.list_topics(timeout=10).topics) - topics_before if bench_topic.match(t)}
+    assert not left
