@@ -289,7 +289,7 @@ def write_parquet_tables(processor: BatchProcessor, batch_df: DataFrame) -> None
 
 class MemorySampler(threading.Thread):
     """Peaks of a process tree while it runs: the RSS of its JVM and of its Python driver (/proc), and the JVM's
-    used heap (`jstat -gc <pid> 1000`, one sampling process for the whole run; none where jstat is missing)."""
+    used heap (`jstat -gc <pid> 1000`, following the java process there is; none where jstat is missing)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True, name="memory-sampler")
@@ -297,6 +297,7 @@ class MemorySampler(threading.Thread):
         self.peaks = {"jvm_rss_mb": 0.0, "python_rss_mb": 0.0, "heap_mb": 0.0}
         self.stop = threading.Event()
         self.jstat: subprocess.Popen[str] | None = None
+        self.jstat_pid, self.jstat_starts = 0, 0
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
@@ -305,9 +306,16 @@ class MemorySampler(threading.Thread):
             if jvm is None:
                 continue
             self.peak("jvm_rss_mb", rss_mb(jvm))
-            if self.jstat is None and shutil.which("jstat"):
-                self.jstat = subprocess.Popen(["jstat", "-gc", str(jvm), "1000"], stdout=subprocess.PIPE,
-                                              stderr=subprocess.DEVNULL, text=True)
+            # The first java may be spark-submit's launcher (org.apache.spark.launcher.Main, gone in a second), and
+            # jstat started before a JVM has published its counters exits at once: follow the java there is now.
+            stale = self.jstat is None or self.jstat.poll() is not None or jvm != self.jstat_pid
+            if stale and self.jstat_starts < 20 and shutil.which("jstat"):
+                if self.jstat is not None:
+                    self.jstat.terminate()
+                self.jstat, self.jstat_pid = subprocess.Popen(
+                    ["jstat", "-gc", str(jvm), "1000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                ), jvm
+                self.jstat_starts += 1
                 threading.Thread(target=self.read_jstat, args=(self.jstat,), daemon=True).start()
         if self.jstat is not None:
             self.jstat.terminate()
