@@ -105,7 +105,7 @@ DEFAULT_SCENARIOS = SCENARIOS[:-1]  # the soak takes its own half hour: asked fo
 SMOKE = {"runs": 1, "small": 300, "large": 1500, "batch": 100, "rate": 10.0, "duration": 10.0, "warm_up": 5.0,
          "tables": [3], "naive_rows": 100, "backlog_rows": 300, "widen_rows": 300, "layouts": ["cow"],
          "backlog_tables": 2}
-REFERENCE_LOOPS = 10_000_000  # reference_loop_s: about 0.45 s on the reference machine at its quickest
+REFERENCE_LOOPS = 10_000_000  # reference_loop_s: 0.33-0.37 s on the reference machine's quick hours, 0.63-0.68 slow
 SMOKE_SETTLE_S = 300.0  # the smoke asserts no times: its transactions may take longer to Silver on a busy machine
 log = logging.getLogger("bench")
 
