@@ -9,15 +9,15 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from py4j.java_gateway import JavaClass
+from py4j.java_gateway import JavaClass, JavaMember
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import InheritableThread, SparkContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 from app.config import COLLECTOR_FLAG, MetastoreConfig, SparkConfig, collectors_named
 from app.errors import required
@@ -417,14 +417,57 @@ GATEWAY_CLASSES = (
 )
 
 
+class StaticMethods(JavaClass):
+    """A JVM class whose static methods are each looked up once. py4j's JavaClass asks the JVM what a name is (a
+    method, a field, an inner class) at every attribute access, before the call itself: a second round trip for
+    every column function (`F.col`, `F.when`, ...) and every list of columns (`PythonUtils.toSeq`), in which the JVM
+    copies the class's public methods to search them (some 700 for `functions`). A method's look-up holds no state
+    (its name and class), so it is kept and used again, from any thread; fields and inner classes are asked for each
+    time, as py4j does."""
+
+    def __init__(self, fqn: str, gateway_client: Any) -> None:
+        super().__init__(fqn, gateway_client)
+        self._methods: dict[str, JavaMember] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        methods = self.__dict__.get("_methods")
+        found = None if methods is None else methods.get(name)
+        if found is not None:
+            return found
+        member = super().__getattr__(name)
+        if methods is not None and isinstance(member, JavaMember):
+            methods[name] = member
+        return member
+
+
 def jvm_class(spark: SparkSession, name: str) -> Any:
-    """The class `name` (fully qualified) in the session's JVM, to construct or to call static methods on.
+    """The class `name` (fully qualified) in the session's JVM, to construct or to call static methods on (each
+    method looked up once: `StaticMethods`).
 
     py4j's `jvm.org.apache...` resolves a name one package at a time, and each step searches the whole class
     path (every jar) once per imported package before it gives up; a class named in full costs no search.
     """
-    gateway = required(spark.sparkContext._gateway, "the Spark JVM gateway")
-    return JavaClass(name, gateway._gateway_client)
+    client = required(spark.sparkContext._gateway, "the Spark JVM gateway")._gateway_client
+    found = _classes.get((id(client), name))
+    if found is None or found._gateway_client is not client:
+        found = _classes[(id(client), name)] = StaticMethods(name, client)
+    return found
+
+
+_classes: dict[tuple[int, str], StaticMethods] = {}  # jvm_class's, by gateway and name
+
+
+WRITES = "io.cdclake.sink.Writes"  # jvm/src/main/java/io/cdclake/sink/Writes.java
+
+
+def with_options(writer: DataFrameWriter, options: Mapping[str, Any]) -> DataFrameWriter:
+    """`writer.options(**options)` in one call into the JVM (`WRITES`) instead of two per option (pyspark sets each
+    on its JVM writer, then releases the writer that call returned); values as pyspark gives them (booleans in lower
+    case, None left out). Keys and values hold no NUL character (the separator)."""
+    text = "".join(f"{key}\0{str(value).lower() if isinstance(value, bool) else value}\0"
+                   for key, value in options.items() if value is not None)
+    writer._jwrite = jvm_class(writer._spark, WRITES).options(writer._jwrite, text)
+    return writer
 
 
 def over_cache(df: DataFrame) -> DataFrame:

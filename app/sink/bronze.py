@@ -18,8 +18,10 @@ A write, per (topic, partition) of the batch:
      are removed: this job is the only writer of its Bronze;
   2. records inside a complete folder's range are dropped: a replayed batch writes nothing, a batch re-read
      with other boundaries (after a lost checkpoint) writes only the offsets no complete folder holds;
-  3. the rest is written by one Spark write of the batch into `<bronze>/_staging/<uuid>/`, each (topic,
-     partition) folder renamed to its range folder, then its marker written.
+  3. the rest is written by one Spark write of the batch straight into the range folders (their files put in place
+     by the tasks, none moved after: jvm/ `io.cdclake.sink.DirectOutputCommitter`; on S3 a move is a copy, and
+     Hadoop's own committer moves each file twice), then each folder's marker written. A range folder found in
+     place before the write fails it: the stream's ranges known (below) missed another writer's.
 So every offset is in exactly one complete folder, whatever was killed when. A stream lists each partition's folder
 at its first batch only and then keeps what it wrote (`KnownRanges`): the folder gains a range per batch, and its
 listing grows with it (1.7 s for 5,000 ranges on the local stack's S3 server).
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -36,13 +37,14 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.sink.lakefs import delete_path, fs_and_path
+from app.sink.lakefs import delete_path, direct_parquet, fs_and_path
 
 log = logging.getLogger(__name__)
 
 BRONZE_COLUMNS: Final = ("topic", "partition", "offset", "timestamp", "timestampType", "key", "value", "headers")
 MARKER: Final = "_SUCCESS"
-STAGING: Final = "_staging"
+STAGING: Final = "_staging"  # where earlier versions staged a batch's files; removed at each write
+RANGE_LEVEL: Final = "offsets"  # the folder level of a range, below its partition's
 _RANGE = re.compile(r"offsets=(\d{20})-(\d{20})")
 
 TopicPartition = tuple[str, int]
@@ -75,7 +77,7 @@ def partition_folder(bronze_path: str, topic: str, partition: int) -> str:
 
 
 def range_name(first: int, last: int) -> str:
-    return f"offsets={first:020d}-{last:020d}"
+    return f"{RANGE_LEVEL}={first:020d}-{last:020d}"
 
 
 def bronze_rows(kafka_df: DataFrame) -> DataFrame:
@@ -240,27 +242,30 @@ def _held_ranges(
 def _publish(
     rows_df: DataFrame, bronze_path: str, bounds: Mapping[TopicPartition, tuple[int, int]], result: BronzeWrite
 ) -> None:
-    """Write the rows to a staging folder, then move each partition's rows to its range folder and mark it
-    complete; the ranges written go into `result`."""
+    """Write the rows straight into their range folders (each row's folder named in a column the write partitions
+    by; `direct_parquet`: no file moved on its way there), then mark each folder complete; the ranges written go into
+    `result`."""
     spark = rows_df.sparkSession
-    staging = f"{bronze_path.rstrip('/')}/{STAGING}"
-    delete_path(spark, staging)  # what a killed write left there; this job is Bronze's only writer
-    batch_staging = f"{staging}/{uuid.uuid4().hex}"
-    rows_df.write.mode("errorifexists").partitionBy("topic", "partition").parquet(batch_staging)
-    fs, _ = fs_and_path(spark, batch_staging)
-    for (topic, partition), (first, last) in sorted(bounds.items()):
-        source = _jpath(spark, f"{batch_staging}/topic={topic}/partition={partition}")
-        if not fs.exists(source):
-            continue  # every record of this partition was already held
-        target = BronzeRange(topic, partition, first, last).folder(bronze_path)
-        if fs.exists(_jpath(spark, target)):  # a rename onto a folder moves into it (local paths), or fails (S3)
-            raise FileExistsError(f"bronze: {target} exists already: another writer of this Bronze wrote it")
-        fs.mkdirs(_jpath(spark, target).getParent())
-        if not fs.rename(source, _jpath(spark, target)):
-            raise OSError(f"bronze: could not move {source} to {target}")
-        fs.create(_jpath(spark, f"{target}/{MARKER}"), True).close()
-        result.written[(topic, partition)] = (first, last)
-    delete_path(spark, batch_staging)
+    root = bronze_path.rstrip("/")
+    delete_path(spark, f"{root}/{STAGING}")  # what a write of an earlier version of the job left there
+    fs, _ = fs_and_path(spark, root)
+    targets = {tp: BronzeRange(tp[0], tp[1], first, last) for tp, (first, last) in sorted(bounds.items())}
+    for target in targets.values():
+        if fs.exists(_jpath(spark, target.folder(root))):  # the write would add to it: a range this writer missed
+            raise FileExistsError(f"bronze: {target.folder(root)} exists already: another writer of this Bronze "
+                                  "wrote it")
+    folder: Column | None = None
+    for (topic, partition), target in targets.items():
+        here = (F.col("topic") == topic) & (F.col("partition") == partition)
+        name = range_name(target.first, target.last).removeprefix(f"{RANGE_LEVEL}=")
+        folder = F.when(here, name) if folder is None else folder.when(here, name)
+    if folder is None:
+        return
+    (direct_parquet(rows_df.withColumn(RANGE_LEVEL, folder)).mode("append")
+     .partitionBy("topic", "partition", RANGE_LEVEL).parquet(root))
+    for tp, target in targets.items():  # every bound has rows (the held ones are not bounds), so a folder each
+        fs.create(_jpath(spark, f"{target.folder(root)}/{MARKER}"), True).close()
+        result.written[tp] = (target.first, target.last)
 
 
 def bronze_partitions(spark: SparkSession, bronze_path: str) -> dict[str, list[int]]:

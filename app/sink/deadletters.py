@@ -39,6 +39,7 @@ from app.cdc.debezium_types import reader_schema
 from app.config import JobConfig
 from app.sink.creation import repair_interrupted_creation
 from app.sink.hudi import HudiTarget, index_options, lake_target, table_exists, write_options
+from app.spark import with_options
 from app.wire.registry import SchemaRef
 from app.wire.source import KAFKA_SCHEMA
 
@@ -173,7 +174,7 @@ class DeadLetters:
             }
             with self._lock:
                 repair_interrupted_creation(rows_df.sparkSession, self.target.path, self.target.qualified_name)
-                rows_df.write.format("hudi").options(**options).mode("append").save(self.target.path)
+                with_options(rows_df.write.format("hudi"), options).mode("append").save(self.target.path)
                 if summary.records and self._pending is not None:
                     self._pending.add(table)
         finally:
@@ -189,7 +190,7 @@ class DeadLetters:
                    "hoodie.datasource.write.operation": "upsert",
                    "hoodie.datasource.write.precombine.field": "batch_id"}
         with self._lock:
-            marked.write.format("hudi").options(**options).mode("append").save(self.target.path)
+            with_options(marked.write.format("hudi"), options).mode("append").save(self.target.path)
 
     def settle(self, reads_df: DataFrame, table: str, batch_id: int, query_id: str, limit: int) -> Settlement:
         """Mark `table`'s pending dead letters that a snapshot read settles: a read of the same record key, later in

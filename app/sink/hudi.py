@@ -13,7 +13,7 @@ from app.cdc.columns import DELETED_COL, KEY_LENGTHS_COL, LEDGER_FOLDER, POSITIO
 from app.config import LakeConfig, PartitionSpec
 from app.sink.creation import repair_interrupted_creation
 from app.sink.lakefs import fs_and_path, list_files
-from app.spark import jvm_class
+from app.spark import jvm_class, with_options
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def write_silver(
         log.info("batch=%s table=%s: its first commit, a bulk insert of its rows (%d upserts, deletes dropped)",
                  batch_id, target.qualified_name, first_rows)
         rows_df, options = rows_df.filter(~F.col(DELETED_COL)), {**options, **BULK_INSERT}
-    rows_df.write.format("hudi").options(**options).mode("append").save(target.path)
+    with_options(rows_df.write.format("hudi"), options).mode("append").save(target.path)
     return bulk
 
 

@@ -3,9 +3,9 @@ s3a:// and EMRFS s3://. For the scripts and tests that list or remove lake files
 own (status.json, quarantine files); its tables are written through Spark and Hudi."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 from app.spark import jvm_class
 
@@ -16,20 +16,24 @@ def fs_and_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
 
 
+# jvm/src/main/java/io/cdclake/sink/DirectOutputCommitter.java: a Parquet write's tasks put their files straight into
+# its folder, which the caller marks complete itself (Hadoop's committer copies each file twice on S3 on its way there).
+DIRECT_COMMITTER: Final = "io.cdclake.sink.DirectOutputCommitter"
+LISTING: Final = "io.cdclake.sink.Listing"  # jvm/src/main/java/io/cdclake/sink/Listing.java
+
+
+def direct_parquet(df: DataFrame) -> DataFrameWriter:
+    """`df.write` for Parquet files written straight into their folder (`DIRECT_COMMITTER`): for a folder that
+    counts only once its caller's marker is in it (Bronze's ranges, the delete ledger's facts), never for a folder
+    readers take as it is."""
+    return df.write.option("spark.sql.parquet.output.committer.class", DIRECT_COMMITTER)
+
+
 def list_files(spark: SparkSession, root: str, suffix: str = "") -> list[str]:
     """Paths of every file below `root` (recursively) whose name ends with `suffix`, relative to root, sorted.
-    An absent root has no files."""
+    An absent root has no files. One call into the JVM (jvm/ `io.cdclake.sink.Listing`), however many files."""
     fs, path = fs_and_path(spark, root)
-    if not fs.exists(path):
-        return []
-    base = fs.makeQualified(path).toString().rstrip("/") + "/"
-    found = []
-    files = fs.listFiles(path, True)
-    while files.hasNext():
-        name = files.next().getPath().toString()
-        if name.endswith(suffix):
-            found.append(name.removeprefix(base))
-    return sorted(found)
+    return sorted(name for name in str(jvm_class(spark, LISTING).files(fs, path, suffix)).split("\n") if name)
 
 
 def delete_path(spark: SparkSession, uri: str) -> bool:

@@ -29,10 +29,10 @@ Silver commit, and no file is rewritten:
     <ledger>/b<batch id, 12 digits>-<8 hex>/part-*.parquet, _COMPLETE   one write of a batch's facts
     <ledger>/c<batch id>-<8 hex>/...                                     a compaction of earlier folders
 
-A folder counts once its `_COMPLETE` marker exists (written after Spark's write has committed every file): one
-without it is a write killed half-way, whose facts a replay of the batch writes again in a folder of its own.
-Written before the Silver commit of the same batch: a batch killed between the two has its facts recorded, and
-its replay writes both again (the duplicate facts are harmless).
+A folder counts once its `_COMPLETE` marker exists (written after Spark's write has put its file in the folder, where
+its task writes it: app/sink/lakefs.py `direct_parquet`): one without it is a write killed half-way, whose facts a
+replay of the batch writes again in a folder of its own. Written before the Silver commit of the same batch: a batch
+killed between the two has its facts recorded, and its replay writes both again (the duplicate facts are harmless).
 
 Compaction: once `COMPACT_AFTER` folders have gathered, they are read, each key's highest fact kept (keys whose
 highest fact is a re-insert dropped: the live row's own position protects them through Hudi's ordering), written
@@ -70,7 +70,7 @@ from app.cdc.columns import (
     REINSERT_COL,
     SOURCE_TS_COL,
 )
-from app.sink.lakefs import delete_path, fs_and_path, list_files
+from app.sink.lakefs import delete_path, direct_parquet, fs_and_path, list_files
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +174,8 @@ def write_ledger(
 
 
 def _write_facts(facts_df: DataFrame, folder: str) -> None:
-    """One Parquet file of facts, then the folder's marker."""
-    facts_df.coalesce(1).write.parquet(folder)
+    """One Parquet file of facts, written straight into the folder (`direct_parquet`), then the folder's marker."""
+    direct_parquet(facts_df.coalesce(1)).parquet(folder)
     fs, marker = fs_and_path(facts_df.sparkSession, f"{folder}/{MARKER}")
     fs.create(marker, True).close()
 

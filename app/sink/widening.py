@@ -60,7 +60,7 @@ from pyspark.sql.types import (
 
 from app.errors import ColumnTypeChangeError
 from app.sink.hudi import SYNC_OFF, HudiTarget, meta_client, table_exists, with_key_lengths, write_options
-from app.spark import jvm_class
+from app.spark import jvm_class, with_options
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def rewrite(spark: SparkSession, target: HudiTarget, widened: dict[str, DataType
     if target.key_lengths:  # a key column turned text (decimal -> string) has a length now
         rows = with_key_lengths(rows, target.record_key)
     options = {**write_options(target, batch_id, query_id), **REWRITE_OPTIONS, **(extra or {})}
-    rows.write.format("hudi").options(**options).mode("append").save(target.path)
+    with_options(rows.write.format("hudi"), options).mode("append").save(target.path)
     log.warning(
         "batch=%s table=%s: columns widened upstream (%s): the table was rewritten with the new types in %.1f s "
         "(docs/schema-changes.md)", batch_id, target.qualified_name,

@@ -58,6 +58,29 @@ def test_a_batch_lands_as_one_complete_range_per_partition_and_reads_back_as_rea
     assert_df_equality(read, kafka_df, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_a_batchs_files_are_written_in_their_range_folders_and_nothing_else_is_left(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The tasks put their files straight into the range folders (no committer's `_temporary`, no staging folder,
+    no `_SUCCESS` of Hadoop's in Bronze's root): each folder holds its Parquet files and, last, its marker."""
+    bronze = tmp_path / "bronze"
+    (bronze / "_staging" / "left-by-an-earlier-version").mkdir(parents=True)  # removed by the next write
+    for records in ({("p.s.a", 0): range(0, 10), ("p.s.b", 1): range(3, 6)}, {("p.s.a", 0): range(10, 12)}):
+        write_bronze(kafka_batch(spark, records), str(bronze), offsets_of(records))
+
+    files = sorted(str(f.relative_to(bronze)) for f in bronze.rglob("*") if f.is_file() and not f.name.endswith(".crc"))
+    folders = sorted({str(Path(f).parent) for f in files})
+    assert folders == [
+        f"topic=p.s.a/partition=0/offsets={0:020d}-{9:020d}", f"topic=p.s.a/partition=0/offsets={10:020d}-{11:020d}",
+        f"topic=p.s.b/partition=1/offsets={3:020d}-{5:020d}",
+    ]
+    for folder in folders:
+        names = [Path(f).name for f in files if str(Path(f).parent) == folder]
+        assert MARKER in names and len(names) >= 2, names
+        assert all(n == MARKER or (n.startswith("part-") and n.endswith(".parquet")) for n in names), names
+    assert not (bronze / "_staging").exists()
+
+
 def test_a_replayed_batch_writes_nothing_and_an_overlapping_one_only_the_new_offsets(
     spark: SparkSession, tmp_path: Path
 ) -> None:
