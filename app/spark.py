@@ -463,7 +463,8 @@ WRITES = "io.cdclake.sink.Writes"  # jvm/src/main/java/io/cdclake/sink/Writes.ja
 def with_options(writer: DataFrameWriter, options: Mapping[str, Any]) -> DataFrameWriter:
     """`writer.options(**options)` in one call into the JVM (`WRITES`) instead of two per option (pyspark sets each
     on its JVM writer, then releases the writer that call returned); values as pyspark gives them (booleans in lower
-    case, None left out). Keys and values hold no NUL character (the separator)."""
+    case), except None: left out, where pyspark would set the option to null. Keys and values hold no NUL
+    character (the separator)."""
     text = "".join(f"{key}\0{str(value).lower() if isinstance(value, bool) else value}\0"
                    for key, value in options.items() if value is not None)
     writer._jwrite = jvm_class(writer._spark, WRITES).options(writer._jwrite, text)

@@ -8,10 +8,10 @@ Layout, one folder per (topic, partition, first and last offset) of a batch:
 Each row keeps the key, value and header bytes, the offset, the Kafka timestamp and its type as read.
 
 Ranges, not batch ids, name the folders, because batch ids restart when a checkpoint is lost. A range folder
-is **complete** once its `_SUCCESS` marker exists, and only complete folders are read (`read_bronze`): on S3 a
-folder's files appear one by one (a rename is a copy), so a reader may list a folder without its marker, with
-some or all of its files; that folder is not part of Bronze yet. The marker is written after every file is in
-place, so a complete folder holds the whole range.
+is **complete** once its `_SUCCESS` marker exists, and only complete folders are read (`read_bronze`): a folder's
+files appear one by one as the write's tasks finish them, so a reader may list a folder without its marker, with
+some or all of its files; that folder is not part of Bronze yet. The marker is written after the write has ended,
+every file in place, so a complete folder holds the whole range.
 
 A write, per (topic, partition) of the batch:
   1. folders without a marker (a write killed half-way; it always lies at or above the batch's first offset)
@@ -261,9 +261,14 @@ def _publish(
         folder = F.when(here, name) if folder is None else folder.when(here, name)
     if folder is None:
         return
+    # Every row has a bound (bounds come from the rows); one without would fail the write, not land in a folder
+    # no range names.
+    folder = folder.otherwise(F.raise_error(F.lit("bronze: a record outside the batch's ranges")))
     (direct_parquet(rows_df.withColumn(RANGE_LEVEL, folder)).mode("append")
      .partitionBy("topic", "partition", RANGE_LEVEL).parquet(root))
-    for tp, target in targets.items():  # every bound has rows (the held ones are not bounds), so a folder each
+    for tp, target in targets.items():
+        if not fs.exists(_jpath(spark, target.folder(root))):
+            continue  # no row reached it (the batch's records read again since its bounds were taken): not marked
         fs.create(_jpath(spark, f"{target.folder(root)}/{MARKER}"), True).close()
         result.written[tp] = (target.first, target.last)
 

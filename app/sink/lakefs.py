@@ -25,7 +25,10 @@ LISTING: Final = "io.cdclake.sink.Listing"  # jvm/src/main/java/io/cdclake/sink/
 def direct_parquet(df: DataFrame) -> DataFrameWriter:
     """`df.write` for Parquet files written straight into their folder (`DIRECT_COMMITTER`): for a folder that
     counts only once its caller's marker is in it (Bronze's ranges, the delete ledger's facts), never for a folder
-    readers take as it is."""
+    readers take as it is. With `spark.speculation` on, Hadoop's committer instead: two attempts of one task would
+    write the same file, the one killed after the other finished possibly last."""
+    if str(df.sparkSession.conf.get("spark.speculation", "false")).strip().lower() == "true":
+        return df.write
     return df.write.option("spark.sql.parquet.output.committer.class", DIRECT_COMMITTER)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from chispa import assert_df_equality
@@ -11,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app.sink import bronze as bronze_module
 from app.sink.bronze import MARKER, BronzeRange, KnownRanges, bronze_rows, list_ranges, read_bronze, write_bronze
+from app.sink.lakefs import DIRECT_COMMITTER, direct_parquet
 from app.wire.source import KAFKA_SCHEMA
 
 TS = datetime(2024, 1, 2, 3, 30, tzinfo=UTC)
@@ -196,3 +199,25 @@ def test_a_range_another_writer_added_is_found_by_a_listing_not_written_twice(
     assert (again.written, again.skipped) == ({}, 10)
     assert held(spark, bronze) == [("p.s.a", 0, o) for o in range(20)]
     assert [(r.first, r.last) for r in list_ranges(spark, bronze, "p.s.a", 0)] == [(0, 9), (10, 19)]
+
+
+def test_with_speculation_on_the_writes_keep_hadoops_committer() -> None:
+    """Two attempts of one task would write the same file straight into the folder: with `spark.speculation` on,
+    Bronze's and the ledger's writes go through Hadoop's committer (app/sink/lakefs.py `direct_parquet`)."""
+
+    class Writer:
+        def __init__(self) -> None:
+            self.options: dict[str, str] = {}
+
+        def option(self, key: str, value: str) -> Writer:
+            self.options[key] = value
+            return self
+
+    def frame(speculation: str | None) -> Any:
+        conf = {} if speculation is None else {"spark.speculation": speculation}
+        return SimpleNamespace(sparkSession=SimpleNamespace(conf=conf), write=Writer())
+
+    assert direct_parquet(frame(None)).options == {"spark.sql.parquet.output.committer.class": DIRECT_COMMITTER}
+    assert direct_parquet(frame("false")).options == {"spark.sql.parquet.output.committer.class": DIRECT_COMMITTER}
+    assert direct_parquet(frame("true")).options == {}
+    assert direct_parquet(frame(" TRUE ")).options == {}

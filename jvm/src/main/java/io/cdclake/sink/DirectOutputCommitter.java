@@ -15,9 +15,11 @@ import org.apache.hadoop.mapreduce.lib.output.FileOutputCommitter;
  * renames each file twice on its way to the folder, and a rename on S3 is a copy.
  *
  * <p>Chosen per write, through the write's option {@code spark.sql.parquet.output.committer.class} (Spark's Parquet
- * writer reads it from the write's Hadoop configuration). Spark's file names hold the write's job id and the task's
- * partition, not the attempt, so an attempt run again writes the same names: on S3 a file appears whole at its
- * close or not at all. A task's failure fails the write; the caller's folder then has no marker.
+ * writer reads it from the write's Hadoop configuration); not with {@code spark.speculation} on (app/sink/lakefs.py).
+ * Spark's file names hold the write's job id and the task's partition, not the attempt, and Parquet creates a file
+ * only where none is: an attempt run again after an earlier one finished a file fails on it, and so does the write.
+ * A failed write leaves its caller's folder without its marker: the batch fails, and its replay writes it again.
+ * On S3 a file appears whole at its close or not at all.
  */
 public final class DirectOutputCommitter extends FileOutputCommitter {
   private final Path output;
