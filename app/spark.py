@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from py4j.java_gateway import JavaClass, JavaMember
+from py4j.java_gateway import JavaClass, JavaMember, JavaPackage
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark import InheritableThread, SparkContext
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+from pyspark.sql.types import StructType
 
 from app.config import COLLECTOR_FLAG, MetastoreConfig, SparkConfig, collectors_named
 from app.errors import required
@@ -314,6 +315,8 @@ def build_session(
     gateway_view = required(session.sparkContext._jvm, "the Spark JVM gateway")
     for short_name, name in GATEWAY_CLASSES:
         setattr(gateway_view, short_name, jvm_class(session, name))
+    for package in GATEWAY_PACKAGES:
+        setattr(gateway_view, package, CachedPackage(package, gateway_view._gateway_client, gateway_view._id))
     # The AWS SDK makes a SAX parser for every S3 listing response; unnamed, finding one searches every jar on the
     # class path for a service entry each time. Named here, in the driver (where Hudi lists), unless set already;
     # likewise `JOL_NO_AGENT`, read at JOL's first use: in local mode the driver runs the merges too, while a
@@ -414,7 +417,11 @@ def metastore_store_keys(conf: dict[str, str]) -> dict[str, str]:
 GATEWAY_CLASSES = (
     ("functions", "org.apache.spark.sql.functions"),
     ("PythonUtils", "org.apache.spark.api.python.PythonUtils"),
+    ("Column", "org.apache.spark.sql.Column"),  # every higher-order function's lambda variable
 )
+# Packages pyspark walks from the view's root, a call into the JVM per name (`sc._jvm.org.apache.spark.sql.avro...`):
+# set on the view as `CachedPackage`s, each name is asked for once.
+GATEWAY_PACKAGES = ("org", "py4j")
 
 
 class StaticMethods(JavaClass):
@@ -440,6 +447,34 @@ class StaticMethods(JavaClass):
         return member
 
 
+class CachedPackage(JavaPackage):
+    """A JVM package whose members (packages and classes) are each looked up once. py4j's `jvm.org.apache.spark...`
+    asks the JVM about each name in turn, and the JVM tries each as a class before it answers "a package": for
+    `org`, `org.apache`, `org.apache.spark` ... every try a search of every jar on the class path. pyspark names
+    classes this way for every higher-order function's lambda (`F.transform`, `F.filter`: seven names deep), every
+    `from_avro`, window and storage level: some 500 look-ups a batch on 7 tables, about 1% of a stream's driver CPU
+    (docs/performance.md, 2026-12-07 evening). What a name is does not change in a running JVM; a class found is a
+    `StaticMethods`, shared with `jvm_class`."""
+
+    def __init__(self, fqn: str, gateway_client: Any, jvm_id: str) -> None:
+        super().__init__(fqn, gateway_client, jvm_id)
+        self._members: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        members = self.__dict__.get("_members")
+        found = None if members is None else members.get(name)
+        if found is not None:
+            return found
+        member = super().__getattr__(name)
+        if isinstance(member, JavaPackage):
+            member = CachedPackage(member._fqn, self._gateway_client, self._jvm_id)
+        elif isinstance(member, JavaClass):
+            member = _static_class(self._gateway_client, member._fqn)
+        if members is not None:
+            members[name] = member
+        return member
+
+
 def jvm_class(spark: SparkSession, name: str) -> Any:
     """The class `name` (fully qualified) in the session's JVM, to construct or to call static methods on (each
     method looked up once: `StaticMethods`).
@@ -447,7 +482,10 @@ def jvm_class(spark: SparkSession, name: str) -> Any:
     py4j's `jvm.org.apache...` resolves a name one package at a time, and each step searches the whole class
     path (every jar) once per imported package before it gives up; a class named in full costs no search.
     """
-    client = required(spark.sparkContext._gateway, "the Spark JVM gateway")._gateway_client
+    return _static_class(required(spark.sparkContext._gateway, "the Spark JVM gateway")._gateway_client, name)
+
+
+def _static_class(client: Any, name: str) -> StaticMethods:
     found = _classes.get((id(client), name))
     if found is None or found._gateway_client is not client:
         found = _classes[(id(client), name)] = StaticMethods(name, client)
@@ -496,6 +534,28 @@ def over_cache(df: DataFrame) -> DataFrame:
 
 
 _over_cache_unsupported: set[str] = set()  # Spark versions whose internals over_cache found other than it expects
+
+
+PLAN_TEMPLATES = "io.cdclake.batch.PlanTemplates"  # jvm/src/main/java/io/cdclake/batch/PlanTemplates.java
+
+
+def placeholder_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    """An empty frame of `schema` to build a plan template on (`substitute`)."""
+    jschema = spark._jsparkSession.parseDataType(schema.json())
+    return DataFrame(jvm_class(spark, PLAN_TEMPLATES).placeholder(spark._jsparkSession, jschema), spark)
+
+
+def substitute(template: DataFrame, placeholder: DataFrame, input_df: DataFrame) -> DataFrame:
+    """`template`, a frame built on `placeholder` (`placeholder_frame`), over `input_df` instead: the same steps,
+    analysed once, without building them again from Python (one call into the JVM instead of hundreds). The input's
+    columns must be the placeholder's: names, types, and nullable only where the placeholder's are.
+
+    Raises:
+        IllegalArgumentException: (pyspark's) they are not, or the template is not built on the placeholder.
+    """
+    spark = input_df.sparkSession
+    return DataFrame(
+        jvm_class(spark, PLAN_TEMPLATES).substitute(template._jdf, placeholder._jdf, input_df._jdf), spark)
 
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ import os
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import boto3
 import psycopg
@@ -191,3 +191,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{seconds:8.1f}   {cpu:12.1f}  {int(jobs):10d}  {module}")
     cpu, jobs = (sum(c[i] for c in _module_cost.values()) for i in (0, 1))
     terminalreporter.write_line(f"{sum(_module_seconds.values()):8.1f}   {cpu:12.1f}  {int(jobs):10d}  in all")
+
+
+@pytest.fixture
+def commands(spark: SparkSession) -> Iterator[list[str]]:
+    """The commands this thread sends to the JVM while the test runs."""
+    client: Any = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    sent: list[str] = []
+    send = client.send_command
+
+    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(command)
+        return send(command, *args, **kwargs)
+
+    client.send_command = counted
+    try:
+        yield sent
+    finally:
+        client.send_command = send

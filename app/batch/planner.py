@@ -4,8 +4,10 @@ the summary aggregate and the registry look-ups; writes nothing."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -45,7 +47,7 @@ from app.routing.catalog import PartitionRoots, all_partition_roots
 from app.routing.route import TableRoute, claim_tables, route_topic, skip_reason
 from app.sink.hudi import key_lengths_needed, lake_target, recorded_record_key
 from app.sink.quarantine import Quarantine
-from app.spark import in_threads
+from app.spark import in_threads, placeholder_frame, substitute
 from app.state.stats import TableBatchStats
 from app.state.status import REFUSED
 from app.wire.decode import decode_value, error_struct, record_fields
@@ -73,6 +75,7 @@ class Planner:
         # together): made at start (app/job.py), then by each topic that appears; the topics refused, with why.
         self.claims: dict[str, TableRoute | None] = {}
         self.refused: dict[str, str] = {}
+        self.templates = SliceTemplates()
 
     def refuse(self, topic: str, why: str) -> str:
         """A topic refused its table: said once per run, at error level; returns the reason status.json gives."""
@@ -267,7 +270,7 @@ class Planner:
         record_key, keys = self._record_key(route, summary.key_ids, framed_df.sparkSession, key_schemas)
         slices = []
         for ref in sorted(summary.value_ids):
-            decoded = self._decode_slice(topic_df, ref, route, keys)
+            decoded = self._decode_slice(framed_df, topic, ref, route, keys)
             if isinstance(decoded, Slice):
                 slices.append(decoded)
             else:
@@ -336,15 +339,20 @@ class Planner:
                      f"; no schema registered yet for {', '.join(unknown)}" if unknown else "")
 
     def _decode_slice(
-        self, topic_df: DataFrame, ref: SchemaRef, route: TableRoute, keys: KeyCheck
+        self, framed_df: DataFrame, topic: str, ref: SchemaRef, route: TableRoute, keys: KeyCheck
     ) -> Slice | DataFrame:
-        """The slice of one writer schema; its records' dead-letter coordinates instead when the registry does not
-        know the id (after the grace period, `_writer_schema`)."""
-        slice_df = topic_df.filter((F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
+        """The slice of one writer schema of `topic` among the batch's framed records; its records' dead-letter
+        coordinates instead when the registry does not know the id (after the grace period, `_writer_schema`). The
+        slice's plan is built once per writer schema, route and key check (`SliceTemplates`)."""
         schema_json, error = self._writer_schema(ref)
         if schema_json is None:
-            return dead_coordinates(slice_df, error_struct(UNKNOWN_SCHEMA, F.lit(str(error))))
-        return self.events_slice(slice_df, schema_json, route, str(ref), keys)
+            return dead_coordinates(slice_records(framed_df, topic, ref),
+                                    error_struct(UNKNOWN_SCHEMA, F.lit(str(error))))
+        key = (topic, ref, schema_json, repr(route), keys.required, tuple(sorted((keys.refused or {}).items())))
+        return self.templates.slice(
+            key, framed_df,
+            lambda records_df: self.events_slice(slice_records(records_df, topic, ref), schema_json, route, str(ref),
+                                                 keys))
 
     def _writer_schema(self, ref: SchemaRef) -> tuple[str | None, RegistryError | None]:
         """A writer schema from the registry. An id it answers 404 for is asked again, backing off, until
@@ -466,6 +474,52 @@ class Planner:
         if refused and self.config.dead_letters.mode == "fail_fast":
             raise EnvelopeError(f"{route.topic}: {'; '.join(sorted(refused.values()))}")
         return key, KeyCheck(required=True, refused=refused)
+
+
+def slice_records(framed_df: DataFrame, topic: str, ref: SchemaRef) -> DataFrame:
+    """The framed records of `topic` whose value has the writer schema `ref`."""
+    return framed_df.filter(F.col("topic") == topic).filter(
+        (F.col("value_id_type") == ref.id_type) & (F.col("value_schema_id") == ref.id))
+
+
+TEMPLATES_KEPT = 512  # SliceTemplates: writer schemas' plans kept, the least recently used dropped first
+
+
+class SliceTemplates:
+    """Each slice's plan (`Planner.events_slice`: decode, the events' errors, unwrap, types) built once, over an
+    empty frame of the batch's framed records (app/spark.py `placeholder_frame`), and used again for each batch
+    (`substitute`): building it from Python costs hundreds of calls into the JVM and an analysis of each step, about
+    130 ms of the driver for a table of a dozen columns, every batch and table; the substitution takes one call and
+    one analysis. A plan is kept per `key` (the topic, writer schema, route and key check: everything the plan is
+    made of besides the records) and the records' columns; `TEMPLATES_KEPT` at most. Safe from several threads: two
+    threads missing one key at once both build it."""
+
+    def __init__(self, kept: int = TEMPLATES_KEPT) -> None:
+        self.kept = kept
+        self._plans: OrderedDict[tuple[Any, ...], tuple[DataFrame, Slice]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def slice(self, key: tuple[Any, ...], framed_df: DataFrame, build: Callable[[DataFrame], Slice]) -> Slice:
+        """The slice `build` makes of `framed_df` (`build` takes the framed records, and must read nothing else that
+        differs between batches of one `key`).
+
+        Raises:
+            EnvelopeError: as `build` (nothing is kept then).
+        """
+        key = (*key, framed_df.schema.json())
+        with self._lock:
+            found = self._plans.get(key)
+            if found is not None:
+                self._plans.move_to_end(key)
+        if found is None:
+            placeholder = placeholder_frame(framed_df.sparkSession, framed_df.schema)
+            found = (placeholder, build(placeholder))
+            with self._lock:
+                self._plans[key] = found
+                while len(self._plans) > self.kept:
+                    self._plans.popitem(last=False)
+        placeholder, template = found
+        return replace(template, events_df=substitute(template.events_df, placeholder, framed_df))
 
 
 def with_discriminator(events_df: DataFrame, route: TableRoute, config: JobConfig) -> DataFrame:

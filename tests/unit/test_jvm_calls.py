@@ -1,35 +1,16 @@
 """Fewer calls from Python into the JVM (app/spark.py, app/sink/lakefs.py): a class's static methods looked up once,
-a write's options set in one call, a folder's files listed in one call; each gives what pyspark's or py4j's own way
-gives."""
+the packages pyspark walks looked up once, a write's options set in one call, a folder's files listed in one call;
+each gives what pyspark's or py4j's own way gives. `commands`: tests/conftest.py."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from app.sink.lakefs import list_files
 from app.spark import jvm_class, with_options
-
-
-@pytest.fixture
-def commands(spark: SparkSession) -> Iterator[list[str]]:
-    """The commands this thread sends to the JVM while the test runs."""
-    client: Any = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
-    sent: list[str] = []
-    send = client.send_command
-
-    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append(command)
-        return send(command, *args, **kwargs)
-
-    client.send_command = counted
-    try:
-        yield sent
-    finally:
-        client.send_command = send
 
 
 def test_a_static_method_is_looked_up_once_and_a_field_each_time(
@@ -64,3 +45,19 @@ def test_a_folders_files_are_listed_in_one_call(spark: SparkSession, tmp_path: P
     assert len([c for c in commands[before:] if c.startswith("c\n")]) <= 4  # the path, its file system, the listing
     assert list_files(spark, str(tmp_path / "root"), ".json") == ["a/x.json", "top.json"]
     assert list_files(spark, str(tmp_path / "absent")) == []
+
+
+def test_the_packages_pyspark_walks_are_looked_up_once(spark: SparkSession, commands: list[str]) -> None:
+    def plus_one() -> list[list[int]]:  # pyspark names the lambda's classes from the view's root
+        df = spark.range(3).select(F.transform(F.array("id"), lambda x: x + 1).alias("a"))
+        return [r["a"] for r in df.collect()]
+
+    assert plus_one() == [[1], [2], [3]]
+    asked = len([c for c in commands if c.startswith("r\n")])
+    assert plus_one() == [[1], [2], [3]]
+    assert len([c for c in commands if c.startswith("r\n")]) == asked  # no name asked for again
+    jvm: Any = spark.sparkContext._jvm
+    assert jvm.org.apache.spark.sql.functions is jvm.org.apache.spark.sql.functions
+    names = [jvm.org.apache.spark.sql.catalyst.expressions.UnresolvedNamedLambdaVariable.freshVarName("x")
+             for _ in range(2)]
+    assert names[0] != names[1] and all(n.startswith("x_") for n in names)  # static methods still called each time
