@@ -467,6 +467,8 @@ class CachedPackage(JavaPackage):
             return found
         member = super().__getattr__(name)
         if isinstance(member, JavaPackage):
+            if name[:1].isupper():  # the JVM's answer for a class it cannot load (yet: a jar added later)
+                return member
             member = CachedPackage(member._fqn, self._gateway_client, self._jvm_id)
         elif isinstance(member, JavaClass):
             member = _static_class(self._gateway_client, member._fqn)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -195,13 +196,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture
 def commands(spark: SparkSession) -> Iterator[list[str]]:
-    """The commands this thread sends to the JVM while the test runs."""
+    """The commands this thread sends to the JVM while the test runs (not py4j's own thread releasing objects)."""
     client: Any = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
     sent: list[str] = []
     send = client.send_command
+    test_thread = threading.get_ident()
 
     def counted(command: str, *args: Any, **kwargs: Any) -> Any:
-        sent.append(command)
+        if threading.get_ident() == test_thread:
+            sent.append(command)
         return send(command, *args, **kwargs)
 
     client.send_command = counted

@@ -12,6 +12,7 @@ from chispa import assert_df_equality
 from pyspark.errors import IllegalArgumentException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, IntegerType, StructField, StructType
 
 from app.batch.plan import Slice
 from app.batch.planner import Planner, SliceTemplates, slice_records
@@ -106,6 +107,23 @@ def test_a_template_takes_only_frames_of_its_placeholders_columns(spark: SparkSe
             substitute(template, placeholder, other)
     with pytest.raises(IllegalArgumentException, match="not built on the placeholder"):
         substitute(df.filter(F.col("id") > 0), placeholder, df)
+    with pytest.raises(IllegalArgumentException, match="reads its placeholder 2 times"):
+        substitute(placeholder.unionByName(placeholder), placeholder, df)
+
+
+def test_nothing_nullable_goes_where_the_placeholder_says_not_null(spark: SparkSession) -> None:
+    def schema(contains_null: bool) -> StructType:
+        return StructType([StructField("id", IntegerType(), False),
+                           StructField("a", ArrayType(IntegerType(), contains_null), False)])
+
+    strict = spark.createDataFrame([(1, [1])], schema(False))
+    loose = spark.createDataFrame([(1, [None])], schema(True))
+    placeholder = placeholder_frame(spark, strict.schema)
+    template = placeholder.select("id", F.size("a").alias("n"))
+
+    assert substitute(template, placeholder, strict).collect()[0].asDict() == {"id": 1, "n": 1}
+    with pytest.raises(IllegalArgumentException, match="placeholder's"):
+        substitute(template, placeholder, loose)
 
 
 def test_a_later_batch_of_a_writer_schema_costs_a_handful_of_calls_into_the_jvm(

@@ -3,6 +3,7 @@ package io.cdclake.batch;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Dataset$;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -13,6 +14,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.types.DataTypeUtils;
+import org.apache.spark.sql.types.DataType$;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructType;
 import scala.Option;
@@ -57,19 +59,47 @@ public final class PlanTemplates {
     for (int i = 0; i < wanted.size(); i++) {
       Attribute want = wanted.apply(i);
       Attribute have = given.apply(i);
-      if (!want.name().equals(have.name()) || !want.dataType().sameType(have.dataType())
+      // Names exact, types equal but for nullability, and nothing nullable (at any depth) where the placeholder's is not.
+      if (!want.name().equals(have.name())
+          || !DataType$.MODULE$.equalsIgnoreCompatibleNullability(have.dataType(), want.dataType())
           || (have.nullable() && !want.nullable())) {
         throw new IllegalArgumentException("input column " + have + " is not the placeholder's " + want);
       }
       bridge.add(new Alias(have, want.name(), want.exprId(), want.qualifier(), Option.<Metadata>empty(), noKeys));
     }
     LogicalPlan bridged = new Project(JavaConverters.asScalaBuffer(bridge).toSeq(), source);
+    // Exactly one empty relation of the placeholder's columns, and it the placeholder: a second one (a template
+    // reading its input twice gets a copy with other identities) or one inside a subquery would stay empty.
+    int[] counts = {0, 0};
+    count(template.logicalPlan(), leaf.schema(), wanted, counts);
+    if (counts[1] != 1 || counts[0] != 1) {
+      throw new IllegalArgumentException(counts[1] == 0 ? "the template is not built on the placeholder"
+          : "the template reads its placeholder " + counts[0] + " times; a template must read it once");
+    }
     int[] found = {0};
     LogicalPlan plan = replace(template.logicalPlan(), wanted, bridged, found);
-    if (found[0] == 0) {
-      throw new IllegalArgumentException("the template is not built on the placeholder");
-    }
+    // The template's root is shared by every batch's copy, with the set of Dataset ids Spark tags it with: a copy
+    // gets a set of its own, or each batch's Dataset would add its id to the template's set for good.
+    plan.unsetTagValue(Dataset$.MODULE$.DATASET_ID_TAG());
     return Dataset.ofRows(input.sparkSession(), plan);
+  }
+
+  /** counts[0]: empty relations of {@code schema} in {@code plan} and its subqueries; counts[1]: those of {@code leaf}. */
+  private static void count(LogicalPlan plan, StructType schema, Seq<Attribute> leaf, int[] counts) {
+    if (plan instanceof LocalRelation && ((LocalRelation) plan).data().isEmpty() && plan.schema().equals(schema)) {
+      counts[0]++;
+      if (plan.output().equals(leaf)) {
+        counts[1]++;
+      }
+    }
+    Seq<LogicalPlan> children = plan.children();
+    for (int i = 0; i < children.size(); i++) {
+      count(children.apply(i), schema, leaf, counts);
+    }
+    Seq<LogicalPlan> subqueries = plan.subqueries();
+    for (int i = 0; i < subqueries.size(); i++) {
+      count(subqueries.apply(i), schema, leaf, counts);
+    }
   }
 
   private static LogicalPlan replace(LogicalPlan plan, Seq<Attribute> leaf, LogicalPlan with, int[] found) {
