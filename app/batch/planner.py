@@ -95,14 +95,17 @@ class Planner:
             SchemaDecodeError: a value lacks the framing.
             EnvelopeError: a topic or writer schema is not what a Debezium connector produces.
         """
-        return self.plan_tables(self.summarize(raw_df), workers)
+        return self.plan_tables(self.summarize(self.frame(raw_df)), workers)
 
-    def summarize(self, raw_df: DataFrame) -> BatchSummary:
-        """The batch's records framed and summarised per topic (one Spark action, the summary aggregate); the topics
-        routed. Topics that feed no table (`app/routing/route.skip_reason`), and topics refused a table another
+    def frame(self, raw_df: DataFrame) -> DataFrame:
+        """The batch's records with their framing columns (each source's framing, app/wire/framing.py)."""
+        return with_source_framings(raw_df, self.framings())
+
+    def summarize(self, framed_df: DataFrame) -> BatchSummary:
+        """The batch's framed records (`frame`) summarised per topic (one Spark action, the summary aggregate); the
+        topics routed. Topics that feed no table (`app/routing/route.skip_reason`), and topics refused a table another
         topic holds (`claim_tables`), are left out, in `BatchSummary.skipped`."""
-        self.quarantine.load(raw_df.sparkSession)
-        framed_df = with_source_framings(raw_df, self.framings())
+        self.quarantine.load(framed_df.sparkSession)
         started = time.monotonic()
         summary = self._summarize(framed_df)
         summary_s = time.monotonic() - started
@@ -113,7 +116,7 @@ class Planner:
             if reason is not None:
                 s = summary.pop(topic)
                 skipped[topic] = SkippedTopic(reason, s.rows_in, s.offsets)
-        roots = all_partition_roots(raw_df.sparkSession, self.config)
+        roots = all_partition_roots(framed_df.sparkSession, self.config)
         for topic, why in claim_tables(self._routes(summary, roots), self.claims, self.config).items():
             s = summary.pop(topic)
             skipped[topic] = SkippedTopic(self.refuse(topic, why), s.rows_in, s.offsets)

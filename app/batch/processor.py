@@ -101,20 +101,21 @@ class BatchProcessor:
         spark = batch_df.sparkSession
         # Structured Streaming sets the query id as a local property of the thread running the batch.
         query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId") or "none"
-        raw_df = kept_records(batch_df)
         step = Step(batch_id)
         self.phases = {}
         self.running = (batch_id, started, step)
         self.sources.begin_batch()
+        records_df: DataFrame | None = None
         try:
+            records_df = kept_records(self.planner.frame(batch_df))
             if not self.rebuild and not self.writer.lost.loaded:  # a replay's: tables whose rebuild has not ended
                 self.writer.lost.load(spark, self.config.lake.silver_path, self.config.databases)
-            batch = self.planner.summarize(raw_df)
+            batch = self.planner.summarize(records_df)
             self.sources.delivered(batch.newest_ms)
             if batch.empty:
                 log.info("batch=%s empty", batch_id)
             else:
-                tables = self._write(raw_df, batch, step, query_id, started)
+                tables = self._write(records_df, batch, step, query_id, started)
                 self._done(spark, tables, batch.skipped, batch_id, time.monotonic() - started)
             self.batches_done += 1
         except Exception as e:
@@ -126,7 +127,8 @@ class BatchProcessor:
             raise
         finally:
             self.running, self.units = None, None
-            raw_df.unpersist()
+            if records_df is not None:
+                records_df.unpersist()
 
     def progress(self) -> str | None:
         """Where a batch running for a while is, for the heartbeat's log line (an outage that the file system's
@@ -140,7 +142,7 @@ class BatchProcessor:
                 + (f"; tables in progress: {tables}" if tables else ""))
 
     def _write(
-        self, raw_df: DataFrame, batch: BatchSummary, step: Step, query_id: str, started: float
+        self, records_df: DataFrame, batch: BatchSummary, step: Step, query_id: str, started: float
     ) -> list[TablePlan]:
         """Each table planned and written in its unit (`TableUnits`), `lake.table_writers` at a time, with Bronze
         written on a thread beside them (`BronzeGate`): Bronze's write needs only the batch's offsets, and building a
@@ -162,8 +164,8 @@ class BatchProcessor:
         if self.replay or self.rebuild:  # Bronze holds a replay's and a rebuild's records already: the gate stays open
             self.hooks.at("bronze_written", batch_id=batch_id, tables=names)
         else:
-            units.bronze = BronzeGate(partial(self._write_bronze, raw_df, batch.offsets, batch_id, names))
-        self._write_tables(raw_df.sparkSession, units, step)
+            units.bronze = BronzeGate(partial(self._write_bronze, records_df, batch.offsets, batch_id, names))
+        self._write_tables(records_df.sparkSession, units, step)
         self.phases["bronze"] = units.bronze.seconds  # beside the tables' units
         self.phases["tables"] = time.monotonic() - tables_started
         step.table, step.name = None, "status"
@@ -213,10 +215,10 @@ class BatchProcessor:
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
             self.databases.add(database)
 
-    def _write_bronze(self, raw_df: DataFrame, offsets: Offsets, batch_id: int, tables: list[str]) -> None:
-        """Bronze's write, then the `bronze_written` point."""
+    def _write_bronze(self, records_df: DataFrame, offsets: Offsets, batch_id: int, tables: list[str]) -> None:
+        """Bronze's write (of the records' raw columns), then the `bronze_written` point."""
         try:
-            bronze = write_bronze(raw_df, self.config.lake.bronze_path, offsets, self.bronze_ranges)
+            bronze = write_bronze(records_df, self.config.lake.bronze_path, offsets, self.bronze_ranges)
         except (Py4JJavaError, CapturedException) as e:
             raise SinkWriteError(
                 f"batch {batch_id}: Bronze write to {self.config.lake.bronze_path}: {java_root_cause(e)}"
@@ -274,14 +276,20 @@ class BatchProcessor:
                 write_status(spark, self.config, self.status)
 
 
-def kept_records(batch_df: DataFrame) -> DataFrame:
-    """The batch's records as its summary, Bronze and table units read them: persisted, in at most one partition per
-    core (Spark's default parallelism), not one per Kafka partition. Each table's unit reads them all again, a task
-    per partition, and each task sets its table's framing and decode up (generating their code: Spark generates no
-    whole-stage code for the framing's higher-order functions) even where the table's topic has no record. On 7 tables
-    of one Kafka partition each, B3's count step 0.28-0.30 s against 0.38-0.40 s (docs/performance.md). Coalescing
-    moves no record: each Kafka partition's records stay together, in one partition."""
-    return batch_df.coalesce(batch_df.sparkSession.sparkContext.defaultParallelism).persist()
+def kept_records(framed_df: DataFrame) -> DataFrame:
+    """The batch's records as its summary, Bronze and table units read them: framed (app/wire/framing.py) and
+    persisted, in at most one partition per core (Spark's default parallelism), not one per Kafka partition.
+
+    Framed before the cache: the summary aggregate (the batch's first action) splits every record's bytes once, and
+    the units read the schema ids and bodies from the cache. Framed after it, the split ran again in every unit, twice
+    per record (a unit's filter on a schema id is pushed below the framing's projection, its expressions copied), and
+    its conversions are not cheap (`conv` of hex text, a higher-order function per header look-up, interpreted).
+
+    Each table's unit reads the records again, a task per partition, and each task sets its table's decode up even
+    where the table's topic has no record. On 7 tables of one Kafka partition each, B3's count step 0.28-0.30 s against
+    0.38-0.40 s (docs/performance.md). Coalescing moves no record: each Kafka partition's records stay together, in
+    one partition."""
+    return framed_df.coalesce(framed_df.sparkSession.sparkContext.defaultParallelism).persist()
 
 
 class BronzeGate:

@@ -86,7 +86,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import DecimalType  # noqa: E402
 
-from app.batch.processor import BatchProcessor, BronzeGate  # noqa: E402
+from app.batch.processor import BatchProcessor, BronzeGate, kept_records  # noqa: E402
 from app.config import JobConfig, PartitionSpec, load_config  # noqa: E402
 from app.errors import required  # noqa: E402
 from app.sink.bronze import write_bronze  # noqa: E402
@@ -225,7 +225,7 @@ def ceiling(spark: SparkSession, config: JobConfig, lake: str, runs: int, warm_u
         run_config = lake_config("parquet", n)
         wall, cpu = time.monotonic(), cpu_s(pid)
         processor = BatchProcessor(run_config, registry)
-        batch_df = raw_df.persist()  # as the batch function does: one read of the records for every step
+        batch_df = kept_records(processor.planner.frame(raw_df))  # as the batch function does: one read, framed
         try:
             write_parquet_tables(processor, batch_df)
         finally:

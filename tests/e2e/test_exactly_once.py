@@ -192,7 +192,7 @@ def test_a_batchs_tables_written_from_two_threads_at_once(pipeline: Pipeline, pg
         .option("includeHeaders", "true")
         .load()
     )
-    batch = processor.planner.summarize(raw_df)
+    batch = processor.planner.summarize(processor.planner.frame(raw_df))
     assert sorted(s.rows_in for s in batch.topics.values()) == [1, 2]
     commits = {t: pipeline.commits(t) for t in TABLES}
     assert pipeline.config.lake.table_writers >= 2

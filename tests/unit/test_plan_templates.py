@@ -16,6 +16,7 @@ from pyspark.sql.types import ArrayType, IntegerType, StructField, StructType
 
 from app.batch.plan import Slice
 from app.batch.planner import Planner, SliceTemplates, slice_records
+from app.batch.processor import kept_records
 from app.cdc.columns import OFFSET_COL, PARTITION_COL
 from app.config import JobConfig
 from app.routing.route import TableRoute
@@ -43,9 +44,14 @@ class Golden:
         self.route = TableRoute(topic=self.topic, source_schema="public", source_table="items", database="db",
                                 table="items", record_key=("region", "id"))
 
-    def framed(self, spark: SparkSession, records: list[Any]) -> DataFrame:
-        raw_df = spark.createDataFrame(records, "topic string, partition int, offset long, key binary, value binary")
+    def raw(self, spark: SparkSession, records: list[Any]) -> DataFrame:
+        return spark.createDataFrame(records, "topic string, partition int, offset long, key binary, value binary")
+
+    def frame(self, raw_df: DataFrame) -> DataFrame:
         return with_source_framings(raw_df, [(self.topic.split(".")[0], Framing("id4", "contentId"))])
+
+    def framed(self, spark: SparkSession, records: list[Any]) -> DataFrame:
+        return self.frame(self.raw(spark, records))
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +149,33 @@ def test_a_later_batch_of_a_writer_schema_costs_a_handful_of_calls_into_the_jvm(
         templates.slice((golden.topic, golden.ref), framed_df, build)
         calls.append(len(commands) - before)
     assert calls[0] > 200 and calls[1] < 10, calls
+
+
+def test_a_slice_of_the_kept_records_reads_their_framing_from_the_cache(
+    spark: SparkSession, golden: Golden, planner: Planner
+) -> None:
+    """The batch function frames the records before persisting them (app/batch/processor.py `kept_records`): a
+    slice's plan above the cache splits no record's bytes again (no `conv` of the id's hex text); over records framed
+    after the cache, it does."""
+    templates = SliceTemplates()
+
+    def build(framed_df: DataFrame) -> Slice:
+        return planner.events_slice(slice_records(framed_df, golden.topic, golden.ref), golden.schema_json,
+                                    golden.route, str(golden.ref))
+
+    def above_the_cache(events_df: DataFrame) -> str:
+        plan: str = events_df._jdf.queryExecution().executedPlan().toString()
+        return plan.split("InMemoryRelation", maxsplit=1)[0]  # the cached plan is printed below its relation
+
+    kept_df = kept_records(golden.framed(spark, golden.records))
+    raw_kept_df = kept_records(golden.raw(spark, golden.records))
+    try:
+        framed_first = templates.slice((golden.topic, golden.ref), kept_df, build).events_df
+        framed_after = build(golden.frame(raw_kept_df)).events_df
+        assert "InMemoryTableScan" in above_the_cache(framed_first)
+        assert "conv(" not in above_the_cache(framed_first)
+        assert "conv(" in above_the_cache(framed_after)
+        assert_df_equality(_sorted(framed_first), _sorted(framed_after))
+    finally:
+        kept_df.unpersist()
+        raw_kept_df.unpersist()
