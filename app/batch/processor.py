@@ -81,7 +81,8 @@ class BatchProcessor:
         self.running: tuple[int, float, Step] | None = None  # the batch under way: id, start, its step
         self.units: TableUnits | None = None  # its tables' units, once they run
         self.status = JobStatus()  # app/state/status.py; written after every batch when `write_status` is on
-        self.status_lock = threading.RLock()
+        self.status_lock = threading.RLock()  # the document in memory; held for no I/O
+        self.status_writes = threading.Lock()  # status.json's writes, one at a time, in the order of their documents
         self.write_status = False
         self.databases: set[str] = set()  # catalog databases known to exist
         # The latest batch's phases in seconds: plan (summary aggregate, registry, decode plan), plan_summary (part of
@@ -269,11 +270,16 @@ class BatchProcessor:
 
     def save_status(self, spark: SparkSession) -> None:
         """Rewrite status.json (when `write_status` is on) with a new heartbeat time; the batch's thread and the
-        heartbeat's (app/state/status.py `Heartbeat`) take turns."""
+        heartbeat's (app/state/status.py `Heartbeat`) take turns, each writing the document as it was when its turn
+        came. The document's lock is not held during the write: a write the file system's retries hold through an
+        object store outage must not hold the heartbeat's look at the query (`check_sources` takes that lock), which
+        is then what says where the job is."""
         if self.write_status:
-            with self.status_lock:
-                self.status.heartbeat_at = now()
-                write_status(spark, self.config, self.status)
+            with self.status_writes:
+                with self.status_lock:
+                    self.status.heartbeat_at = now()
+                    document = self.status.to_json()
+                write_status(spark, self.config, document)
 
 
 def kept_records(framed_df: DataFrame) -> DataFrame:

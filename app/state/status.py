@@ -223,11 +223,12 @@ def load_status(spark: SparkSession, config: JobConfig) -> JobStatus:
         return JobStatus()
 
 
-def write_status(spark: SparkSession, config: JobConfig, status: JobStatus) -> None:
-    """Rewrite the status document (one small object; on S3 a PUT replaces it whole). Never raises."""
+def write_status(spark: SparkSession, config: JobConfig, status: JobStatus | str) -> None:
+    """Rewrite the status document (one small object; on S3 a PUT replaces it whole), `status` or its JSON. Never
+    raises."""
     location = status_path(config)
     try:
-        write_text(spark, location, status.to_json())
+        write_text(spark, location, status if isinstance(status, str) else status.to_json())
     except Py4JError as e:
         log.warning("status not written to %s: %s", location, str(e).splitlines()[0] if str(e) else e)
 

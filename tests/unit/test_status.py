@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,41 @@ def test_a_batch_failing_in_spark_is_recorded_with_its_batch_and_step(spark: Spa
     assert str(written["failure"]).startswith("batch 7, step plan: AnalysisException: "), written["failure"]
     assert written["failed_at"] == {"batch_id": 7, "table": None, "step": "plan", "error": "AnalysisException"}
     assert processor.failure is None
+
+
+def test_a_status_write_held_by_the_file_system_holds_neither_the_heartbeat_nor_the_document(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """status.json's write held, as s3a's retries hold it through an object store outage: here a named pipe with no
+    reader yet, whose opening for writing waits. The heartbeat's look at the sources (`check_sources`) and a change
+    to the document go on meanwhile (the heartbeat then says where the job is); the write, once let through, holds
+    the document as it was when its turn came."""
+    config = _config(tmp_path)
+    processor = BatchProcessor(config, RegistryClient.from_config(config.registry))
+    processor.write_status = True
+    (tmp_path / "cp").mkdir()
+    os.mkfifo(tmp_path / "cp" / "status.json")
+    writer = threading.Thread(target=processor.save_status, args=(spark,), daemon=True)
+    writer.start()
+    try:
+        writer.join(2)
+        assert writer.is_alive()  # held in the pipe's opening
+
+        def look() -> None:
+            processor.check_sources(idle=True)
+            with processor.status_lock:
+                processor.status.record_failure(ValueError("later"), 9, None, "plan")
+
+        beat = threading.Thread(target=look, daemon=True)
+        beat.start()
+        beat.join(60)  # a deadline against a hang, not a time measured
+        assert not beat.is_alive(), "the heartbeat's look waited for the held write"
+    finally:
+        with open(tmp_path / "cp" / "status.json", encoding="utf-8") as pipe:  # lets the write through
+            written = json.loads(pipe.read())
+        writer.join(60)
+    assert written["heartbeat_at"] and written["failure"] is None  # the document of its turn, not the later one
+    assert not writer.is_alive()
 
 
 def test_a_recorded_failure_is_cleared_by_the_next_batch() -> None:
